@@ -1,0 +1,3 @@
+from fathom.cli import main
+
+raise SystemExit(main())
