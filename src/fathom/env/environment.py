@@ -1,0 +1,372 @@
+"""The RLM environment: one task, one sandboxed REPL, one reward — on OpenEnv's `Environment` contract.
+
+`reset(task)` starts a jailed worker with the task's document bound read-only as `ctx` and returns the
+first observation (system prompt, question, document size — never the document). `step(action)` runs the
+```repl blocks of the model's turn in order and returns what the model sees next. The episode ends when an
+answer is submitted through the REPL protocol, at the iteration cap, or when the episode's token budget is
+spent; the final observation carries the reward and its breakdown (`fathom.reward.compose`).
+
+Sub-calls: `llm()` inside the REPL reaches the sub-LM service given at construction, through a per-episode
+handler that counts calls, characters and time. With ``max_depth >= 2`` a sub-call is itself an RLM episode
+over the chunk, driven by `child_policy`, one level shallower.
+
+The async methods are the real ones (many episodes share one event loop); the sync `reset`/`step` run them
+on a private loop for scripts and notebooks. This module never sees a model: policies live elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+
+from fathom.env.models import CellRecord, RLMAction, RLMObservation, RLMState, SubCallRecord
+from fathom.env.parsing import code_blocks
+from fathom.env.prompts import CellView, first_user_message, render_cells, system_prompt
+from fathom.env.sublm import SubLM, SubLMRequest
+from fathom.reward.compose import compose
+from fathom.reward.config import RewardConfig
+from fathom.reward.outcome import EpisodeOutcome
+from fathom.sandbox import Sandbox, SandboxConfig, SandboxPool
+from fathom.tasks import Task, generate_task, load_tasks
+
+CHARS_PER_TOKEN = 4.0  # used only when a client sends no token count for a turn
+MAX_DEPTH = 4
+# A child policy writes one turn from the chat so far ([{"role": ..., "content": ...}, ...]).
+ChildPolicy = Callable[[list[dict[str, str]]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    max_iterations: int = 12
+    max_episode_tokens: int = 16_384
+    max_depth: int = 1
+    chunk_chars: int = 16_000
+    default_length_tokens: int = 8_192
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_depth <= MAX_DEPTH:
+            raise ValueError(f"max_depth must be in 0..{MAX_DEPTH}, got {self.max_depth}")
+        if self.max_iterations < 1:
+            raise ValueError(f"max_iterations must be >= 1, got {self.max_iterations}")
+        if self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
+
+
+class TaskNotFound(KeyError):
+    """A reset asked for a task id this environment was not given."""
+
+
+@dataclass(frozen=True)
+class _ChildTask:
+    """The task of a recursive sub-call: the parent's prompt over the parent's chunk; never graded."""
+
+    question: str
+    document: str
+    id: str = "subcall"
+    family: str = "subcall"
+    answer: Any = None
+    metric: str = "exact"
+
+    @property
+    def length_chars(self) -> int:
+        return len(self.document)
+
+    @property
+    def length_tokens(self) -> int:
+        return math.ceil(len(self.document) / CHARS_PER_TOKEN)
+
+
+class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(
+        self,
+        config: EnvConfig | None = None,
+        sub_lm: SubLM | None = None,
+        tasks: Sequence[Task] | str | Path | None = None,
+        pool: SandboxPool | None = None,
+        child_policy: ChildPolicy | None = None,
+        depth: int = 0,
+    ) -> None:
+        super().__init__()
+        self.config = config or EnvConfig()
+        if self.config.max_depth >= 2 and child_policy is None and depth == 0:
+            raise ValueError("max_depth >= 2 makes sub-calls RLM episodes: pass child_policy")
+        self.sub_lm, self.pool, self.child_policy, self.depth = sub_lm, pool, child_policy, depth
+        if isinstance(tasks, str | Path):
+            tasks = load_tasks(tasks)
+        self._tasks = {t.id: t for t in tasks or ()}
+        self._sandbox: Sandbox | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: asyncio.Runner | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._task: Any = None
+        self._state = RLMState()
+        self._reward: dict[str, Any] | None = None
+        self.trace: list[dict[str, Any]] = []
+
+    # ---- task resolution -------------------------------------------------------------------------
+    def resolve_task(
+        self,
+        task: Task | dict[str, Any] | None = None,
+        task_id: str | None = None,
+        family: str | None = None,
+        seed: int | None = None,
+        length_tokens: int | None = None,
+    ) -> Task:
+        given = sum(x is not None for x in (task, task_id, family))
+        if given != 1:
+            raise ValueError("reset needs exactly one of: task, task_id, family (+ seed)")
+        if task is not None:
+            return task if isinstance(task, Task) else Task.from_dict(task)
+        if task_id is not None:
+            if task_id not in self._tasks:
+                raise TaskNotFound(f"unknown task_id {task_id!r} ({len(self._tasks)} tasks loaded)")
+            return self._tasks[task_id]
+        return generate_task(family, seed or 0, length_tokens or self.config.default_length_tokens)
+
+    def _document_path(self, task: Any) -> Path:
+        path = getattr(task, "document_file", None)
+        if callable(path) and (found := path()) is not None:
+            return Path(found)
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="fathom-doc-")
+        target = Path(self._tmpdir.name) / "ctx.txt"
+        target.write_text(task.document, encoding="utf-8")
+        return target
+
+    # ---- OpenEnv contract ------------------------------------------------------------------------
+    async def reset_async(
+        self,
+        task: Task | dict[str, Any] | None = None,
+        task_id: str | None = None,
+        family: str | None = None,
+        seed: int | None = None,
+        length_tokens: int | None = None,
+        episode_id: str | None = None,
+        **_: Any,
+    ) -> RLMObservation:
+        resolved = self.resolve_task(task, task_id, family, seed, length_tokens)
+        await self._close_sandbox()
+        self._loop = asyncio.get_running_loop()
+        self._task, self._reward, self.trace = resolved, None, []
+        ctx_path = self._document_path(resolved)
+        llm = self._llm_handler if self.config.max_depth >= 1 and self.sub_lm is not None else None
+        if self.pool is not None:
+            self._sandbox = await self.pool.start(ctx_path, llm)
+        else:
+            self._sandbox = await Sandbox.start(ctx_path, self.config.sandbox, llm)
+        self._state = RLMState(
+            episode_id=episode_id or uuid.uuid4().hex,
+            task_id=resolved.id,
+            family=resolved.family,
+            max_iterations=self.config.max_iterations,
+            isolation=list(self._sandbox.layers),
+        )
+        text = first_user_message(resolved.question, resolved.length_chars, resolved.length_tokens, llm is not None)
+        return RLMObservation(
+            text=text,
+            system_prompt=system_prompt(self.config.chunk_chars),
+            question=resolved.question,
+            task_id=resolved.id,
+            family=resolved.family,
+            doc_chars=resolved.length_chars,
+            doc_tokens=resolved.length_tokens,
+            doc_type="str",
+            max_iterations=self.config.max_iterations,
+        )
+
+    async def step_async(self, action: RLMAction, timeout_s: float | None = None, **_: Any) -> RLMObservation:
+        if self._sandbox is None or self._task is None:
+            raise RuntimeError("step() before reset(): start an episode first")
+        if self._state.done:
+            raise RuntimeError("the episode is over: call reset() for a new one")
+        started = time.perf_counter()
+        state = self._state
+        tokens = action.num_tokens
+        if tokens is None:
+            tokens = math.ceil(len(action.text) / CHARS_PER_TOKEN)
+        self._turn_subcalls: list[SubCallRecord] = []
+        cells: list[CellRecord] = []
+        answer_ready, answer = False, None
+        for code in code_blocks(action.text):
+            result = await self._sandbox.execute(code)
+            cells.append(
+                CellRecord(
+                    code=code,
+                    stdout=result.stdout,
+                    error=result.error,
+                    truncated_chars=result.truncated_chars,
+                    elapsed_s=result.elapsed_s,
+                    timed_out=result.timed_out,
+                    restarted=result.restarted,
+                )
+            )
+            if result.answer_ready:
+                answer_ready, answer = True, result.answer
+                break  # the answer is in: later blocks of this turn do not run
+        stats = self._sandbox.stats
+        state.iteration += 1
+        state.step_count += 1
+        state.tokens += tokens
+        state.llm_calls, state.llm_chars, state.restarts = stats.llm_calls, stats.llm_chars, stats.restarts
+        state.answer_ready, state.answer = answer_ready, answer
+        end_reason = None
+        if answer_ready:
+            end_reason = "answered"
+        elif state.iteration >= self.config.max_iterations:
+            end_reason = "max_iterations"
+        elif state.tokens >= self.config.max_episode_tokens:
+            end_reason = "token_budget"
+        views = [CellView(c.stdout, c.error, c.truncated_chars, c.timed_out, c.restarted) for c in cells]
+        observation = RLMObservation(
+            text=render_cells(views, state.iteration, self.config.max_iterations),
+            task_id=state.task_id,
+            family=state.family,
+            iteration=state.iteration,
+            max_iterations=self.config.max_iterations,
+            cells=cells,
+            subcalls=list(self._turn_subcalls),
+            answer_ready=answer_ready,
+            answer=answer,
+            end_reason=end_reason,
+        )
+        if end_reason is not None:
+            state.done = True
+            observation.done = True
+            if not isinstance(self._task, _ChildTask):
+                breakdown = compose(self._task, self.outcome(), self.config.reward)
+                self._reward = breakdown.to_dict()
+                observation.reward = breakdown.total
+                observation.reward_breakdown = self._reward
+            await self._close_sandbox()
+        self.trace.append(
+            {
+                "iteration": state.iteration,
+                "action": action.text,
+                "tokens": tokens,
+                "observation": observation.text,
+                "cells": [c.model_dump() for c in cells],
+                "subcalls": [s.model_dump() for s in observation.subcalls],
+                "elapsed_s": time.perf_counter() - started,
+            }
+        )
+        return observation
+
+    @property
+    def state(self) -> RLMState:
+        return self._state
+
+    @property
+    def task(self) -> Any:
+        return self._task
+
+    def outcome(self) -> EpisodeOutcome:
+        s = self._state
+        return EpisodeOutcome(
+            answer=s.answer if s.answer_ready else None,
+            answered=s.answer_ready,
+            tokens=s.tokens,
+            llm_calls=s.llm_calls,
+            turns=s.iteration,
+            llm_chars=s.llm_chars,
+        )
+
+    # ---- sync wrappers ---------------------------------------------------------------------------
+    def _run_sync(self, coro: Awaitable[Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("called the sync API inside an event loop: use reset_async / step_async")
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(coro)  # type: ignore[arg-type]
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RLMObservation:
+        return self._run_sync(self.reset_async(seed=seed, episode_id=episode_id, **kwargs))
+
+    def step(self, action: RLMAction, timeout_s: float | None = None, **kwargs: Any) -> RLMObservation:
+        return self._run_sync(self.step_async(action, timeout_s=timeout_s, **kwargs))
+
+    # ---- sub-calls -------------------------------------------------------------------------------
+    async def _llm_handler(self, requests: Sequence[Any]) -> list[str]:
+        started = time.perf_counter()
+        reqs = [SubLMRequest(r.prompt, r.chunk) for r in requests]
+        if self.config.max_depth >= 2:
+            replies = list(await asyncio.gather(*(self._child_episode(r) for r in reqs)))
+        else:
+            assert self.sub_lm is not None
+            replies = [reply.text for reply in await self.sub_lm.complete(reqs)]
+        elapsed = time.perf_counter() - started
+        records = getattr(self, "_turn_subcalls", None)
+        if records is not None:
+            for r, text in zip(reqs, replies, strict=True):
+                records.append(
+                    SubCallRecord(
+                        prompt=r.prompt[:500], chunk_chars=len(r.chunk), reply=text[:500],
+                        depth=self.depth + 1, elapsed_s=elapsed / len(reqs),
+                    )
+                )
+        return replies
+
+    async def _child_episode(self, request: SubLMRequest) -> str:
+        """A sub-call at depth >= 2: an RLM episode over the chunk, one level shallower."""
+        assert self.child_policy is not None
+        child_config = replace(self.config, max_depth=self.config.max_depth - 1)
+        child = RLMEnvironment(child_config, self.sub_lm, child_policy=self.child_policy, depth=self.depth + 1)
+        try:
+            obs = await child.reset_async(task=_ChildTask(request.prompt, request.chunk))
+            messages = [{"role": "system", "content": obs.system_prompt or ""}, {"role": "user", "content": obs.text}]
+            while not obs.done:
+                turn = await self.child_policy(messages)
+                obs = await child.step_async(RLMAction(text=turn))
+                messages += [{"role": "assistant", "content": turn}, {"role": "user", "content": obs.text}]
+            return "" if obs.answer is None else str(obs.answer)
+        finally:
+            await child.aclose()
+
+    # ---- teardown --------------------------------------------------------------------------------
+    async def _close_sandbox(self) -> None:
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            await sandbox.close()
+
+    async def aclose(self) -> None:
+        await self._close_sandbox()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    def close(self) -> None:
+        """Sync close, callable from any thread (OpenEnv calls it from an executor thread)."""
+        loop = self._loop
+        if self._sandbox is not None and loop is not None and loop.is_running():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                loop.create_task(self.aclose())
+                return
+            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=30)
+        elif self._runner is not None:
+            self._runner.run(self.aclose())
+        elif self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
