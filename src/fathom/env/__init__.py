@@ -2,7 +2,15 @@
 
 from fathom.env.environment import EnvConfig, RLMEnvironment, TaskNotFound
 from fathom.env.models import CellRecord, RLMAction, RLMObservation, RLMState, SubCallRecord
-from fathom.env.sublm import HFSubLM, OpenAISubLM, RequestBatcher, ScriptedSubLM, SubLM, SubLMReply, SubLMRequest
+from fathom.env.sublm import (
+    HFSubLM,
+    OpenAISubLM,
+    RequestBatcher,
+    ScriptedSubLM,
+    SubLM,
+    SubLMReply,
+    SubLMRequest,
+)
 
 __all__ = [
     "CellRecord",

@@ -174,7 +174,9 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             max_iterations=self.config.max_iterations,
             isolation=list(self._sandbox.layers),
         )
-        text = first_user_message(resolved.question, resolved.length_chars, resolved.length_tokens, llm is not None)
+        text = first_user_message(
+            resolved.question, resolved.length_chars, resolved.length_tokens, llm is not None
+        )
         return RLMObservation(
             text=text,
             system_prompt=system_prompt(self.config.chunk_chars),
@@ -316,8 +318,11 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             for r, text in zip(reqs, replies, strict=True):
                 records.append(
                     SubCallRecord(
-                        prompt=r.prompt[:500], chunk_chars=len(r.chunk), reply=text[:500],
-                        depth=self.depth + 1, elapsed_s=elapsed / len(reqs),
+                        prompt=r.prompt[:500],
+                        chunk_chars=len(r.chunk),
+                        reply=text[:500],
+                        depth=self.depth + 1,
+                        elapsed_s=elapsed / len(reqs),
                     )
                 )
         return replies
@@ -326,10 +331,15 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         """A sub-call at depth >= 2: an RLM episode over the chunk, one level shallower."""
         assert self.child_policy is not None
         child_config = replace(self.config, max_depth=self.config.max_depth - 1)
-        child = RLMEnvironment(child_config, self.sub_lm, child_policy=self.child_policy, depth=self.depth + 1)
+        child = RLMEnvironment(
+            child_config, self.sub_lm, child_policy=self.child_policy, depth=self.depth + 1
+        )
         try:
             obs = await child.reset_async(task=_ChildTask(request.prompt, request.chunk))
-            messages = [{"role": "system", "content": obs.system_prompt or ""}, {"role": "user", "content": obs.text}]
+            messages = [
+                {"role": "system", "content": obs.system_prompt or ""},
+                {"role": "user", "content": obs.text},
+            ]
             while not obs.done:
                 turn = await self.child_policy(messages)
                 obs = await child.step_async(RLMAction(text=turn))

@@ -185,7 +185,9 @@ class HFSubLM:
         if getattr(tok, "chat_template", None):
             return list(
                 tok.apply_chat_template(
-                    [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=True,
+                    [{"role": "user", "content": message}],
+                    add_generation_prompt=True,
+                    tokenize=True,
                     return_dict=False,
                 )
             )
@@ -211,9 +213,11 @@ class HFSubLM:
         for row, ids in enumerate(encoded):  # left padding: every row ends where generation starts
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
-        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {
-            "do_sample": False
-        }
+        sampling = (
+            {"do_sample": True, "temperature": self.temperature}
+            if self.temperature > 0
+            else {"do_sample": False}
+        )
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=input_ids.to(device),
