@@ -114,6 +114,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         self._task: Any = None
         self._state = RLMState()
         self._reward: dict[str, Any] | None = None
+        self._turn_subcalls: list[SubCallRecord] = []
         self.trace: list[dict[str, Any]] = []
 
     # ---- task resolution -------------------------------------------------------------------------
@@ -199,7 +200,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         tokens = action.num_tokens
         if tokens is None:
             tokens = math.ceil(len(action.text) / CHARS_PER_TOKEN)
-        self._turn_subcalls: list[SubCallRecord] = []
+        self._turn_subcalls = []
         cells: list[CellRecord] = []
         answer_ready, answer = False, None
         for code in code_blocks(action.text):
@@ -245,14 +246,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             end_reason=end_reason,
         )
         if end_reason is not None:
-            state.done = True
-            observation.done = True
-            if not isinstance(self._task, _ChildTask):
-                breakdown = compose(self._task, self.outcome(), self.config.reward)
-                self._reward = breakdown.to_dict()
-                observation.reward = breakdown.total
-                observation.reward_breakdown = self._reward
-            await self._close_sandbox()
+            await self._end(observation)
         self.trace.append(
             {
                 "iteration": state.iteration,
@@ -265,6 +259,37 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             }
         )
         return observation
+
+    async def finish_async(self, reason: str) -> RLMObservation:
+        """End the episode from outside (a rollout engine's budget ran out): graded as it stands."""
+        if self._task is None:
+            raise RuntimeError("finish() before reset()")
+        observation = RLMObservation(
+            text="",
+            task_id=self._state.task_id,
+            family=self._state.family,
+            iteration=self._state.iteration,
+            max_iterations=self.config.max_iterations,
+            answer_ready=self._state.answer_ready,
+            answer=self._state.answer,
+            end_reason=reason,
+        )
+        if not self._state.done:
+            await self._end(observation)
+        else:
+            observation.done, observation.reward_breakdown = True, self._reward
+            observation.reward = None if self._reward is None else self._reward["total"]
+        return observation
+
+    async def _end(self, observation: RLMObservation) -> None:
+        self._state.done = True
+        observation.done = True
+        if not isinstance(self._task, _ChildTask):
+            breakdown = compose(self._task, self.outcome(), self.config.reward)
+            self._reward = breakdown.to_dict()
+            observation.reward = breakdown.total
+            observation.reward_breakdown = self._reward
+        await self._close_sandbox()
 
     @property
     def state(self) -> RLMState:
@@ -313,18 +338,16 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             assert self.sub_lm is not None
             replies = [reply.text for reply in await self.sub_lm.complete(reqs)]
         elapsed = time.perf_counter() - started
-        records = getattr(self, "_turn_subcalls", None)
-        if records is not None:
-            for r, text in zip(reqs, replies, strict=True):
-                records.append(
-                    SubCallRecord(
-                        prompt=r.prompt[:500],
-                        chunk_chars=len(r.chunk),
-                        reply=text[:500],
-                        depth=self.depth + 1,
-                        elapsed_s=elapsed / len(reqs),
-                    )
+        for r, text in zip(reqs, replies, strict=True):
+            self._turn_subcalls.append(
+                SubCallRecord(
+                    prompt=r.prompt[:500],
+                    chunk_chars=len(r.chunk),
+                    reply=text[:500],
+                    depth=self.depth + 1,
+                    elapsed_s=elapsed / len(reqs),
                 )
+            )
         return replies
 
     async def _child_episode(self, request: SubLMRequest) -> str:
