@@ -1,0 +1,38 @@
+"""The sandboxed Python REPL an RLM episode runs in: one jailed, persistent worker process per episode.
+
+    async with SandboxPool(SandboxConfig(), size=8) as pool:
+        sandbox = await pool.start("doc.txt", llm=handler)   # or: await Sandbox.start("doc.txt", config, llm)
+        result = await sandbox.execute("print(len(ctx))")    # CellResult
+        await sandbox.close()
+
+Layers (recorded per worker in ``Sandbox.layers``): bubblewrap namespaces, a dedicated uid, rlimits,
+no_new_privs, Landlock, seccomp, cgroups. Design, threat model and measurements: shared/design/sandbox.md.
+"""
+
+from fathom.sandbox.config import (
+    LAYERS,
+    CellResult,
+    IsolationError,
+    IsolationReport,
+    LLMHandler,
+    LLMRequest,
+    SandboxConfig,
+    SandboxStats,
+)
+from fathom.sandbox.host import Sandbox
+from fathom.sandbox.pool import SandboxPool
+from fathom.sandbox.selftest import self_test
+
+__all__ = [
+    "LAYERS",
+    "CellResult",
+    "IsolationError",
+    "IsolationReport",
+    "LLMHandler",
+    "LLMRequest",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxPool",
+    "SandboxStats",
+    "self_test",
+]

@@ -1,0 +1,119 @@
+"""Host end of the pipe pair to one worker: non-blocking, framed, capped, on the running asyncio loop.
+
+It turns bytes into decoded frames and back. It never blocks the loop, never trusts a length prefix beyond
+``max_frame`` (no allocation happens before the check), and reports a dead or misbehaving peer as an
+exception from ``recv``. It does not know what messages mean (``host.py`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+
+from fathom.sandbox.protocol import HEADER, ProtocolError, decode, encode
+
+
+class _Reader(asyncio.Protocol):
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self.buffer = bytearray()
+        self.frames: collections.deque[dict] = collections.deque()
+        self.failure: BaseException | None = None
+        self.waiter: asyncio.Future | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.failure is not None:
+            return
+        self.buffer += data
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if size > self.max_frame:
+                self._fail(ProtocolError(f"the worker sent a frame of {size} bytes (cap {self.max_frame})"))
+                return
+            end = HEADER.size + size
+            if len(self.buffer) < end:
+                break
+            body = bytes(self.buffer[HEADER.size : end])
+            del self.buffer[:end]
+            try:
+                self.frames.append(decode(body))
+            except ProtocolError as e:
+                self._fail(e)
+                return
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._fail(EOFError("the worker closed its pipe"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(EOFError("the worker's pipe is gone"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+class Channel:
+    """recv() -> dict, send(dict); EOFError when the worker is gone, ProtocolError when it misbehaves."""
+
+    def __init__(
+        self, reader: _Reader, rtransport: asyncio.ReadTransport, wtransport: asyncio.WriteTransport
+    ):
+        self._reader, self._rtransport, self._wtransport = reader, rtransport, wtransport
+
+    @classmethod
+    async def open(cls, read_fd: int, write_fd: int, max_frame: int) -> Channel:
+        """Take ownership of the two fds (they are closed by ``close``)."""
+        loop = asyncio.get_running_loop()
+        reader = _Reader(max_frame)
+        rtransport, _ = await loop.connect_read_pipe(lambda: reader, os.fdopen(read_fd, "rb", buffering=0))
+        wtransport, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(write_fd, "wb", buffering=0)
+        )
+        return cls(reader, rtransport, wtransport)
+
+    async def recv(self, timeout: float | None) -> dict:
+        """The next frame; TimeoutError after ``timeout`` seconds (None: wait forever)."""
+        reader = self._reader
+        if not reader.frames:
+            if reader.failure is not None:
+                raise reader.failure
+            loop = asyncio.get_running_loop()
+            reader.waiter = waiter = loop.create_future()
+            # call_later is much cheaper than wait_for (no extra task per frame).
+            handle = loop.call_later(max(timeout, 0.0), _expire, waiter) if timeout is not None else None
+            try:
+                await waiter
+            finally:
+                reader.waiter = None
+                if handle is not None:
+                    handle.cancel()
+            if not reader.frames:
+                raise reader.failure or EOFError("the worker's pipe is gone")
+        return reader.frames.popleft()
+
+    @property
+    def alive(self) -> bool:
+        """False once the worker closed its end or misbehaved."""
+        return self._reader.failure is None and not self._wtransport.is_closing()
+
+    def send(self, message: dict) -> None:
+        if self._wtransport.is_closing() or self._reader.failure is not None:
+            raise EOFError("the worker's pipe is gone")
+        self._wtransport.write(encode(message))
+
+    def close(self) -> None:
+        self._rtransport.close()
+        self._wtransport.close()

@@ -1,0 +1,431 @@
+"""Spawning jailed workers: command line, identity, filesystem view, cgroup, readiness and teardown.
+
+A ``Launcher`` owns what workers share: a world-readable runtime directory with copies of the worker files
+(so a dropped uid can read them wherever this package is installed), a block of dedicated uids, and a
+cgroup root. ``spawn`` starts one worker, waits for its ``ready`` frame, records which layers applied and
+checks them against the configured floor; ``kill`` tears one down and waits until its uid is free again.
+It does not load documents or run cells (``host.py`` does), and it never reads anything from a worker but
+frames through ``Channel``.
+
+Spawn chain, as root: ``setpriv`` (drop to uid_base+k, no groups, no caps) -> ``bwrap`` (unprivileged, user
+namespace, --die-with-parent) -> ``python3 -I -S -B worker.py``. ``subprocess`` can then use vfork, so a
+multi-GB trainer does not pay a fork per worker, and no ``preexec_fn`` runs in a threaded host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+from fathom.sandbox.cgroup import PREFIX, Cgroup, CgroupRoot
+from fathom.sandbox.channel import Channel
+from fathom.sandbox.config import IsolationError, IsolationReport, MiB, SandboxConfig
+from fathom.sandbox.protocol import ProtocolError
+
+log = logging.getLogger("fathom.sandbox")
+
+WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py")
+UID_BLOCK, UID_BLOCKS = 256, 256
+WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
+IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
+
+
+def raise_open_file_limit(wanted: int = 65536) -> None:
+    """Each live episode holds ~3 fds on the host; the usual soft limit of 1024 is too low for hundreds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class UidSlots:
+    """Dedicated uids, claimed in blocks under flock so that host processes on one machine never share one."""
+
+    def __init__(self, base: int, lock_dir: str) -> None:
+        self.base, self.lock_dir = base, lock_dir
+        self.blocks: dict[int, int] = {}  # block index -> fd holding its lock
+        self.free: list[int] = []
+
+    def claim(self) -> int:
+        if not self.free:
+            self._claim_block()
+        return self.free.pop()
+
+    def release(self, uid: int) -> None:
+        self.free.append(uid)
+
+    def _claim_block(self) -> None:
+        start = os.getpid() % UID_BLOCKS  # spreads processes over the range; the lock is what guarantees it
+        for i in range(UID_BLOCKS):
+            block = (start + i) % UID_BLOCKS
+            if block in self.blocks:
+                continue
+            fd = os.open(
+                os.path.join(self.lock_dir, f"uids-{block}.lock"),
+                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                0o600,
+            )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.blocks[block] = fd
+            first = self.base + block * UID_BLOCK
+            self.free.extend(range(first + UID_BLOCK - 1, first - 1, -1))
+            return
+        raise IsolationError("every sandbox uid block is in use on this machine")
+
+    def close(self) -> None:
+        for fd in self.blocks.values():
+            os.close(fd)
+        self.blocks.clear()
+        self.free.clear()
+
+
+@dataclass
+class Worker:
+    """One started worker process tree, ready for a document."""
+
+    popen: subprocess.Popen
+    channel: Channel
+    ctl: socket.socket  # host end of the socket that passes the document's fd
+    report: IsolationReport
+    uid: int | None
+    seq: int = 0  # spawn counter, names the cgroup when there is no uid
+    pids: list[int] = field(default_factory=list)  # host pids of the tree (monitor, init, python)
+    cgroup: Cgroup | None = None
+    workdir: str | None = None  # a per-worker directory to delete (unsafe-dev only)
+
+
+def _world_traversable(path: str) -> bool:
+    path = os.path.realpath(path)
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants (the worker does not fork, so after "ready" this is stable)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Launcher:
+    """Starts and stops workers for one SandboxPool (or one standalone Sandbox)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        raise_open_file_limit()
+        self.is_root = os.geteuid() == 0
+        self.setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        self.bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+        self.mode = self._resolve_mode()
+        self.warned = False
+        base = config.runtime_dir or tempfile.gettempdir()
+        if not _world_traversable(base):
+            base = "/tmp"
+        _sweep_runtime(base)
+        self.runtime = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+        os.chmod(self.runtime, 0o755)
+        self.worker_dir = os.path.join(self.runtime, "worker")
+        os.mkdir(self.worker_dir, 0o755)
+        here = os.path.dirname(os.path.abspath(__file__))
+        for name in WORKER_FILES:
+            shutil.copyfile(os.path.join(here, name), os.path.join(self.worker_dir, name))
+            os.chmod(os.path.join(self.worker_dir, name), 0o644)
+        self.empty_dir = os.path.join(self.runtime, "empty")
+        os.mkdir(self.empty_dir, 0o555)
+        self.uids: UidSlots | None = None
+        self.uid_reason = "the host is not root: workers run as the invoking user"
+        if self.mode == "unsafe-dev":
+            self.uid_reason = "not used in unsafe-dev mode"
+        elif self.is_root:
+            self.uid_reason = "setpriv (util-linux) not found"
+            if self.setpriv:
+                lock_dir = "/run/fathom-sandbox" if os.access("/run", os.W_OK) else self.runtime
+                os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+                self.uids = UidSlots(config.uid_base, lock_dir)
+        self.cgroups, self.cgroup_reason = (None, "not used in unsafe-dev mode")
+        if self.mode != "unsafe-dev":
+            self.cgroups, self.cgroup_reason = CgroupRoot.find(os.path.basename(self.runtime)[len(PREFIX) :])
+        self.spawned = 0
+
+    def _resolve_mode(self) -> str:
+        mode = self.config.isolation
+        usable = bool(self.bwrap) and (self.setpriv is not None or not self.is_root)
+        if mode == "bwrap" and not usable:
+            raise IsolationError("isolation='bwrap' but bubblewrap (or setpriv, as root) is not installed")
+        if mode == "auto":
+            return "bwrap" if usable else "plain"
+        return mode
+
+    # ---- command line ---------------------------------------------------------------------------------
+    def _argv(self, uid: int | None, worker_cfg: dict) -> list[str]:
+        cfg, argv = self.config, []
+        if uid is not None:
+            assert self.setpriv is not None
+            argv = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                    "--bounding-set=-all", "--no-new-privs"]  # fmt: skip
+        worker = os.path.join(self.worker_dir, "worker.py")
+        if self.mode == "bwrap":
+            assert self.bwrap is not None
+            size = str(cfg.disk_mb * MiB)
+            argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                     "--new-session", "--cap-drop", "ALL", "--hostname", "sbx", "--dev", "/dev",
+                     "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/work", "--chdir", "/work",
+                     "--ro-bind", "/usr", "/usr"]  # fmt: skip
+            for top in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
+                if os.path.islink(top):
+                    argv += ["--symlink", os.readlink(top), top]
+                elif os.path.isdir(top):
+                    argv += ["--ro-bind", top, top]
+            prefix = os.path.dirname(os.path.dirname(os.path.realpath(cfg.python)))
+            if not prefix.startswith("/usr"):
+                argv += ["--ro-bind", prefix, prefix]
+            argv += ["--ro-bind", self.worker_dir, "/sbx"]
+            worker = "/sbx/worker.py"
+        return [*argv, cfg.python, "-I", "-S", "-B", worker, json.dumps(worker_cfg)]
+
+    def _worker_cfg(self, fds: tuple[int, int, int], workdir: str) -> dict:
+        cfg = self.config
+        bwrap, unsafe = self.mode == "bwrap", self.mode == "unsafe-dev"
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(cfg.python)))
+        return {
+            "fd_in": fds[0], "fd_out": fds[1], "fd_ctl": fds[2],
+            "ppid": 0 if bwrap else os.getpid(),  # bwrap's --die-with-parent covers the bwrap chain
+            "workdir": "/work" if bwrap else workdir,
+            "layers": ["rlimits"] if unsafe else list(IN_WORKER_LAYERS),
+            "rlimits": {"cpu": cfg.cpu_time_s, "fsize": cfg.disk_mb * MiB, "nofile": cfg.max_open_files,
+                        "core": 0, "nproc": 0, "msgqueue": 0, "memlock": 0},
+            "read_dirs": ["/usr/lib", "/usr/lib64", "/lib", "/lib64", os.path.join(prefix, "lib"),
+                          "/sbx" if bwrap else self.worker_dir, "/work" if bwrap else workdir],
+            "write_dirs": ["/work", "/tmp"] if bwrap else [],
+            "memory_bytes": cfg.memory_mb * MiB,
+            "soft_timeout_s": cfg.soft_timeout_s,
+            "max_output_chars": cfg.max_output_chars, "max_answer_chars": cfg.max_answer_chars,
+            "max_llm_chars": cfg.max_llm_chars, "max_batch": cfg.max_batch, "max_frame": cfg.max_frame_bytes,
+        }  # fmt: skip
+
+    def memory_limit(self, ctx_bytes: int) -> int:
+        """The cgroup limit: the rlimit budget plus headroom for the interpreter and the tmpfs pages."""
+        return (self.config.memory_mb + 512 + 2 * self.config.disk_mb) * MiB + 3 * ctx_bytes
+
+    # ---- spawn / kill ---------------------------------------------------------------------------------
+    async def spawn(self) -> Worker:
+        """A started, ready, floor-checked worker. Raises IsolationError when that is impossible."""
+        try:
+            return await self._spawn()
+        except _EarlyExit as e:
+            if self.config.isolation != "auto" or self.mode != "bwrap":
+                raise IsolationError(f"the sandbox worker failed to start ({self.mode}): {e}") from None
+            log.warning("bubblewrap failed here, falling back to plain isolation: %s", e)
+            self.mode = "plain"
+            return await self._spawn()
+
+    async def _spawn(self) -> Worker:
+        uid = self.uids.claim() if self.uids is not None else None
+        self.spawned += 1
+        seq, workdir = self.spawned, self.empty_dir
+        if self.mode == "unsafe-dev":
+            workdir = os.path.join(self.runtime, f"dev-{seq}")
+            os.mkdir(workdir, 0o700)
+        h2w_r, h2w_w = os.pipe2(os.O_CLOEXEC)
+        w2h_r, w2h_w = os.pipe2(os.O_CLOEXEC)
+        ctl, ctl_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = (h2w_r, w2h_w, ctl_worker.fileno())
+        argv = self._argv(uid, self._worker_cfg(fds, workdir))
+        try:
+            popen = subprocess.Popen(argv, env=WORKER_ENV, cwd="/", stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=fds,
+                                     start_new_session=True)  # fmt: skip
+        except OSError as e:
+            for fd in (h2w_w, w2h_r):
+                os.close(fd)
+            ctl.close()
+            if uid is not None and self.uids is not None:
+                self.uids.release(uid)
+            raise IsolationError(f"cannot start the sandbox worker: {e}") from None
+        finally:
+            os.close(h2w_r)
+            os.close(w2h_w)
+            ctl_worker.close()
+        channel = await Channel.open(w2h_r, h2w_w, self.config.max_frame_bytes)
+        report = IsolationReport(self.mode, ())
+        worker = Worker(
+            popen, channel, ctl, report, uid, seq, workdir=workdir if self.mode == "unsafe-dev" else None
+        )
+        try:
+            ready = await channel.recv(self.config.start_timeout_s)
+        except (EOFError, ProtocolError) as e:
+            await self.kill(worker)
+            raise _EarlyExit(self._diagnose(argv) or str(e)) from None
+        except TimeoutError:
+            await self.kill(worker)
+            raise IsolationError(
+                f"the sandbox worker was not ready within {self.config.start_timeout_s} s"
+            ) from None
+        try:
+            worker.report = self._report(worker, ready)
+        except IsolationError:
+            await self.kill(worker)
+            raise
+        return worker
+
+    def _report(self, worker: Worker, ready: dict) -> IsolationReport:
+        worker.pids = _tree(worker.popen.pid)
+        applied = [x for x in ready.get("layers", []) if isinstance(x, str)]
+        missing = {str(k): str(v) for k, v in dict(ready.get("missing", {})).items()}
+        info = {
+            k: v for k, v in dict(ready.get("info", {})).items() if k in ("landlock_abi", "uid", "groups")
+        }
+        host = []
+        if self.mode == "bwrap":
+            host.append("bwrap")
+        elif self.config.isolation == "auto":
+            missing["bwrap"] = "bubblewrap is not installed or does not work here"
+        else:
+            missing["bwrap"] = f"not used in {self.mode} mode"
+        if worker.uid is not None:
+            host.append("uid")
+        else:
+            missing["uid"] = self.uid_reason
+        if self.cgroups is not None:
+            try:
+                worker.cgroup = self.cgroups.leaf(f"w{worker.uid if worker.uid is not None else worker.seq}")
+                worker.cgroup.limit(self.memory_limit(0), len(worker.pids), self.config.cpu_cores)
+                worker.cgroup.attach(worker.pids)
+                host.append("cgroup")
+                info["cgroup"] = f"v{worker.cgroup.version}"
+            except OSError as e:
+                missing["cgroup"] = f"cgroup setup failed: {e}"
+        else:
+            missing["cgroup"] = self.cgroup_reason
+        report = IsolationReport(self.mode, tuple(host + applied), missing, info)
+        unmet = report.unmet(self.config.min_isolation)
+        if self.mode == "unsafe-dev":
+            if not self.warned:
+                self.warned = True
+                message = ("UNSAFE: fathom sandbox in unsafe-dev mode -- model-written code runs as this user with "
+                           "this machine's files and network. Development only; never for training on shared hosts.")  # fmt: skip
+                log.warning(message)
+                print(f"\n!!! {message}\n", flush=True)  # loud on purpose: logging may be off
+        elif unmet:
+            raise IsolationError(
+                f"sandbox isolation is below the configured floor: missing {unmet}. {report.describe()}"
+            )
+        return report
+
+    def _diagnose(self, argv: list[str]) -> str:
+        """Re-run a worker that died before "ready" with stderr captured (rare path, blocking is fine)."""
+        try:
+            done = subprocess.run(argv, env=WORKER_ENV, cwd="/", stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=10)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        return done.stderr.decode(errors="replace").strip()[-2000:]
+
+    async def kill(self, worker: Worker) -> None:
+        """SIGKILL the tree, reap it, remove its cgroup and work dir, free its uid. Idempotent."""
+        worker.channel.close()
+        worker.ctl.close()
+        # Inside out: bwrap's init dies (the kernel then kills the whole namespace) and the monitor, still alive,
+        # reaps it and exits. Killing the monitor first would orphan init to PID 1, and not every PID 1 reaps.
+        tree = worker.pids or _tree(worker.popen.pid)
+        if worker.popen.poll() is None:
+            if len(tree) > 1 and _parent(tree[1]) == worker.popen.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(tree[1], signal.SIGKILL)
+            else:
+                worker.popen.kill()
+        delay = 0.0005
+        for attempt in range(200):  # bounded: ~5 s
+            if worker.popen.poll() is not None and not any(_pid_alive(p) for p in tree[1:]):
+                break
+            if attempt == 40:  # ~1 s: something did not follow; take everything down at once
+                worker.popen.kill()
+                if worker.cgroup is not None:
+                    worker.cgroup.kill_all()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        if worker.cgroup is not None:
+            for _ in range(50):
+                if worker.cgroup.remove():
+                    break
+                worker.cgroup.kill_all()
+                await asyncio.sleep(0.02)
+            worker.cgroup = None
+        if worker.workdir is not None:
+            shutil.rmtree(worker.workdir, ignore_errors=True)
+            worker.workdir = None
+        if worker.uid is not None and self.uids is not None:
+            self.uids.release(worker.uid)
+            worker.uid = None
+
+    def close(self) -> None:
+        """Remove the runtime directory and cgroup root; the caller kills its workers first."""
+        if self.cgroups is not None:
+            self.cgroups.remove()
+        if self.uids is not None:
+            self.uids.close()
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+class _EarlyExit(Exception):
+    """The worker died before reporting ready (bad flags, missing userns, unreadable interpreter...)."""
+
+
+def _sweep_runtime(base: str) -> None:
+    """Delete runtime directories whose owning host process is gone (crash, SIGKILL)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        try:
+            os.kill(int(name[len(PREFIX) :].split("-")[0]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except (ValueError, PermissionError):
+            pass
