@@ -54,8 +54,13 @@ def parse_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
-    text = normalize_text(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range is model data, not a crash
+            return None
+        return number if math.isfinite(number) else None
+    # NFKC leaves U+2212 MINUS SIGN alone; models print it for negative numbers.
+    text = normalize_text(value).replace("\u2212", "-")
     if not _NUMBER.match(text):
         return None
     number = float(text.replace(",", ""))
@@ -100,17 +105,21 @@ def _split_items(prediction: Any, pairs: bool) -> list[Any]:
     return [part for part in re.split(r"[\n,;]+", text) if part.strip()]
 
 
+def _text_pair(item: Any) -> Any:
+    """The first "(a, b)" / "[a, b]" pair written in a text item, or the item unchanged."""
+    found = _PAIR.findall(item) if isinstance(item, str) else []
+    return list(found[0]) if found else item
+
+
 def set_f1(prediction: Any, gold: Iterable[Any]) -> float:
     gold_items = list(gold)
     pairs = any(isinstance(g, list | tuple) for g in gold_items)
-    if pairs and isinstance(prediction, list | tuple):
-        # Items given as text "(a, b)" inside a list are parsed like the plain-text form.
-        prediction = [
-            item if isinstance(item, list | tuple) else (_split_items(item, True) or [item])[0]
-            for item in prediction
-        ]
+    pred_items = _split_items(prediction, pairs)
+    if pairs:
+        # Items given as text "(a, b)" inside a list (or a JSON list) are parsed like the plain-text form.
+        pred_items = [item if isinstance(item, list | tuple) else _text_pair(item) for item in pred_items]
     gold_set = {_item_key(g) for g in gold_items} - {""}
-    pred_set = {_item_key(p) for p in _split_items(prediction, pairs)} - {""}
+    pred_set = {_item_key(p) for p in pred_items} - {""}
     if not gold_set:
         return 1.0 if not pred_set else 0.0
     hits = len(gold_set & pred_set)
