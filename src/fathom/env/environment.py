@@ -37,6 +37,8 @@ from fathom.reward.config import RewardConfig
 from fathom.reward.outcome import EpisodeOutcome
 from fathom.sandbox import Sandbox, SandboxConfig, SandboxPool
 from fathom.tasks import Task, generate_task, load_tasks
+from fathom.tasks.schema import task_from_dict
+from fathom.tasks.schema import task_from_dict
 
 CHARS_PER_TOKEN = 4.0  # used only when a client sends no token count for a turn
 MAX_DEPTH = 4
@@ -130,7 +132,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         if given != 1:
             raise ValueError("reset needs exactly one of: task, task_id, family (+ seed)")
         if task is not None:
-            return task if isinstance(task, Task) else Task.from_dict(task)
+            return task if isinstance(task, Task) else task_from_dict(task)
         if task_id is not None:
             if task_id not in self._tasks:
                 raise TaskNotFound(f"unknown task_id {task_id!r} ({len(self._tasks)} tasks loaded)")
