@@ -1,0 +1,145 @@
+"""Build a dataset: train / eval / heldout task files plus their documents, deterministically.
+
+Layout of the output folder::
+
+    train.jsonl  eval.jsonl  heldout.jsonl     one task per line (`fathom.tasks.schema`)
+    docs/<id>.txt                              every document, referenced by `document_path`
+    build.json                                 the build's parameters and the corpora digests
+
+Every document goes to a file (none inline), so consumers handle one case and the sandbox can bind each
+file read-only. Task ``i`` of a split takes the ``i``-th cell of the grid lengths x difficulties x families
+(families vary fastest), so every split is balanced, and its seed is drawn from a stream of its own:
+``sha256("fathom/<seed>/<split>/<i>/<attempt>")``. Splits never share a document: a document already used
+anywhere in the build is redrawn with the next attempt (and `check_disjoint` verifies it). Templated
+questions such as "Where is Mary?" do recur across splits; each is about a different document.
+
+The same arguments and corpora give byte-identical files. Stale ``docs/*.txt`` from earlier builds into
+the same folder are removed. This module does not parse command lines (see `fathom.tasks.cli`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from fathom.tasks import FAMILIES, generate_task, validate_task
+from fathom.tasks.corpora import read_manifest
+from fathom.tasks.family import DIFFICULTIES
+from fathom.tasks.haystack import Corpora
+from fathom.tasks.schema import Task, write_tasks
+
+SPLITS = ("train", "eval", "heldout")
+DEFAULT_COUNTS = {"train": 1000, "eval": 200, "heldout": 500}
+DEFAULT_LENGTHS = {
+    "train": (8192, 16384, 32768),
+    "eval": (8192, 16384, 32768),
+    "heldout": (8192, 32768, 131072),  # add 1M with --heldout-lengths 8K,32K,128K,1M
+}
+DOCS_DIR = "docs"
+MAX_ATTEMPTS = 100
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    name: str
+    count: int
+    lengths: tuple[int, ...]
+    families: tuple[str, ...] = tuple(FAMILIES)
+    difficulties: tuple[str, ...] = DIFFICULTIES
+
+    def cell(self, index: int) -> tuple[str, int, str]:
+        """(family, length, difficulty) of task `index`; families vary fastest, then difficulty."""
+        f, d, n = len(self.families), len(self.difficulties), len(self.lengths)
+        return (
+            self.families[index % f],
+            self.lengths[(index // (f * d)) % n],
+            self.difficulties[(index // f) % d],
+        )
+
+
+def task_seed(seed: int, split: str, index: int, attempt: int = 0) -> int:
+    """A 63-bit seed from the split's own stream (splits can never collide by seed arithmetic)."""
+    digest = hashlib.sha256(f"fathom/{seed}/{split}/{index}/{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def build_dataset(
+    out: str | Path,
+    seed: int,
+    specs: Sequence[SplitSpec],
+    corpora: Corpora,
+    validate: bool = True,
+    progress: bool = True,
+) -> dict[str, list[Task]]:
+    """Generate, validate and write every split; return the written tasks per split."""
+    out = Path(out)
+    (out / DOCS_DIR).mkdir(parents=True, exist_ok=True)
+    used: dict[str, str] = {}  # document sha256 -> id of the task that has it
+    result: dict[str, list[Task]] = {}
+    for spec in specs:
+        tasks: list[Task] = []
+        for index in tqdm(range(spec.count), desc=spec.name, unit="task", disable=not progress):
+            family, length, difficulty = spec.cell(index)
+            task_id = f"{spec.name}-{index:05d}-{family}"
+            for attempt in range(MAX_ATTEMPTS):
+                task = generate_task(
+                    family, task_seed(seed, spec.name, index, attempt), length, difficulty, corpora
+                )
+                digest = _digest(task.document)  # type: ignore[arg-type]
+                if digest not in used:
+                    break
+            else:
+                raise RuntimeError(f"{task_id}: every attempt repeated an earlier document")
+            used[digest] = task_id
+            if validate:
+                validate_task(task)
+            rel = f"{DOCS_DIR}/{task_id}.txt"
+            with (out / rel).open("w", encoding="utf-8", newline="") as f:
+                f.write(task.document)  # type: ignore[arg-type]
+            tasks.append(replace(task, id=task_id, document=None, document_path=rel, base_dir=out.resolve()))
+        result[spec.name] = write_tasks(out / f"{spec.name}.jsonl", tasks, docs_dir=DOCS_DIR)
+    keep = {t.document_path for tasks in result.values() for t in tasks}
+    for stale in (out / DOCS_DIR).glob("*.txt"):
+        if f"{DOCS_DIR}/{stale.name}" not in keep:
+            stale.unlink()
+    manifest = read_manifest(corpora.root)
+    info = {
+        "seed": seed,
+        "splits": {
+            s.name: {
+                "count": s.count,
+                "lengths": s.lengths,
+                "families": s.families,
+                "difficulties": s.difficulties,
+            }
+            for s in specs
+        },
+        "corpora": {k: v["sha256"] for k, v in manifest["sources"].items()} if manifest else None,
+    }
+    (out / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    check_disjoint(result)
+    return result
+
+
+def check_disjoint(splits: Mapping[str, Sequence[Task]]) -> None:
+    """Raise ValueError if two tasks (in one split or across splits) share an id or a document."""
+    seen: dict[str, str] = {}
+    ids: set[str] = set()
+    for name, tasks in splits.items():
+        for task in tasks:
+            if task.id in ids:
+                raise ValueError(f"task id {task.id} appears twice")
+            ids.add(task.id)
+            digest = _digest(task.read_document())
+            if digest in seen:
+                raise ValueError(f"{name} task {task.id} has the same document as {seen[digest]}")
+            seen[digest] = task.id
