@@ -38,7 +38,6 @@ from fathom.reward.outcome import EpisodeOutcome
 from fathom.sandbox import Sandbox, SandboxConfig, SandboxPool
 from fathom.tasks import Task, generate_task, load_tasks
 from fathom.tasks.schema import task_from_dict
-from fathom.tasks.schema import task_from_dict
 
 CHARS_PER_TOKEN = 4.0  # used only when a client sends no token count for a turn
 MAX_DEPTH = 4

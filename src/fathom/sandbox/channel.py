@@ -87,21 +87,22 @@ class Channel:
     async def recv(self, timeout: float | None) -> dict:
         """The next frame; TimeoutError after ``timeout`` seconds (None: wait forever)."""
         reader = self._reader
-        if not reader.frames:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(timeout, 0.0)
+        # A frame larger than the pipe buffer arrives in pieces, and every piece wakes us: wait until a
+        # whole frame is in (or the peer failed), not just until some bytes came.
+        while not reader.frames:
             if reader.failure is not None:
                 raise reader.failure
-            loop = asyncio.get_running_loop()
             reader.waiter = waiter = loop.create_future()
             # call_later is much cheaper than wait_for (no extra task per frame).
-            handle = loop.call_later(max(timeout, 0.0), _expire, waiter) if timeout is not None else None
+            handle = loop.call_at(deadline, _expire, waiter) if deadline is not None else None
             try:
                 await waiter
             finally:
                 reader.waiter = None
                 if handle is not None:
                     handle.cancel()
-            if not reader.frames:
-                raise reader.failure or EOFError("the worker's pipe is gone")
         return reader.frames.popleft()
 
     @property
