@@ -70,6 +70,22 @@ def test_output_is_capped_with_a_marker_and_control_characters_escaped() -> None
     assert not any(ord(c) < 32 and c != "\n" for c in ctl.stdout)
 
 
+def test_frames_larger_than_the_pipe_buffer_pass_both_ways() -> None:
+    recorder = Recorder()
+
+    async def go():
+        async with await started(llm=recorder, max_output_chars=300_000, max_llm_chars=300_000) as sb:
+            out = await sb.execute("print('o' * 250_000)")
+            ask = await sb.execute("r = llm('q', 'c' * 200_000)\nprint(len(r))")
+            code = await sb.execute("x = '" + "k" * 200_000 + "'\nprint(len(x))")
+            return out, ask, code
+
+    out, ask, code = run(go())
+    assert out.stdout == "o" * 250_000 + "\n" and out.truncated_chars == 0
+    assert ask.stdout == f"{len('echo q [200000]')}\n" and len(recorder.batches[0][0].chunk) == 200_000
+    assert code.stdout == "200000\n"
+
+
 def test_tracebacks_show_model_frames_only() -> None:
     async def go():
         async with await started(llm=Recorder()) as sb:

@@ -26,6 +26,7 @@ class _Reader(asyncio.Protocol):
         if self.failure is not None:
             return
         self.buffer += data
+        before = len(self.frames)
         while len(self.buffer) >= HEADER.size:
             (size,) = HEADER.unpack_from(self.buffer)
             if size > self.max_frame:
@@ -41,7 +42,8 @@ class _Reader(asyncio.Protocol):
             except ProtocolError as e:
                 self._fail(e)
                 return
-        self._wake()
+        if len(self.frames) > before:  # a piece of a large frame is not worth a wake-up
+            self._wake()
 
     def eof_received(self) -> bool:
         self._fail(EOFError("the worker closed its pipe"))
