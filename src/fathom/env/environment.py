@@ -131,7 +131,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         if given != 1:
             raise ValueError("reset needs exactly one of: task, task_id, family (+ seed)")
         if task is not None:
-            return task if isinstance(task, Task) else task_from_dict(task)
+            return task_from_dict(task) if isinstance(task, dict) else task
         if task_id is not None:
             if task_id not in self._tasks:
                 raise TaskNotFound(f"unknown task_id {task_id!r} ({len(self._tasks)} tasks loaded)")
@@ -192,10 +192,10 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         )
 
     async def step_async(self, action: RLMAction, timeout_s: float | None = None, **_: Any) -> RLMObservation:
-        if self._sandbox is None or self._task is None:
-            raise RuntimeError("step() before reset(): start an episode first")
         if self._state.done:
             raise RuntimeError("the episode is over: call reset() for a new one")
+        if self._sandbox is None or self._task is None:
+            raise RuntimeError("step() before reset(): start an episode first")
         started = time.perf_counter()
         state = self._state
         tokens = action.num_tokens
