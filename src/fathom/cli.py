@@ -14,6 +14,8 @@ import sys
 # subcommand -> module that registers it
 COMMANDS: dict[str, str] = {
     "data": "fathom.tasks.cli",
+    "serve": "fathom.server.cli",
+    "quickstart": "fathom.quickstart",
 }
 
 
