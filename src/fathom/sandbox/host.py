@@ -199,8 +199,9 @@ class Sandbox:
 
     # ---- one cell -------------------------------------------------------------------------------------
     async def _run_cell(self, code: str) -> CellResult:
-        assert self._worker is not None
-        channel, hard = self._worker.channel, self.config.hard_timeout_s
+        worker = self._worker  # close() may clear self._worker while this cell runs
+        assert worker is not None
+        channel, hard = worker.channel, self.config.hard_timeout_s
         cell_id = secrets.randbits(48)
         started = time.perf_counter()
         calls0, chars0, llm_time = self._llm_calls, self._llm_chars, 0.0
@@ -231,7 +232,7 @@ class Sandbox:
                 reason, timed_out=True, started=started, llm=(llm_time, calls0, chars0)
             )
         except EOFError:
-            oom = self._worker.cgroup is not None and self._worker.cgroup.oom_killed()
+            oom = worker.cgroup is not None and worker.cgroup.oom_killed()
             reason = "MemoryError: the REPL process ran out of memory" if oom else "the REPL process died"
             return await self._restart(
                 reason, timed_out=False, started=started, llm=(llm_time, calls0, chars0)
