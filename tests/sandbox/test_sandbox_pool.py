@@ -26,6 +26,7 @@ async def main(mode, how):
     sandboxes = [await pool.start(None, ctx_text="doc") for _ in range(2)]
     solo = await Sandbox.start(None, config(mode), ctx_text="solo")
     await sandboxes[0].execute("x = 1")
+    await pool.wait_ready()
     pids = [p for s in [*sandboxes, solo] for p in s.processes] + [p for w in pool._ready for p in w.pids]
     cgroups = [d for l in (pool._launcher, solo._launcher) if l.cgroups for d in l.cgroups.dirs.values()]
     runtimes = [pool._launcher.runtime, solo._launcher.runtime]

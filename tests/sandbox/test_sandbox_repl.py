@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import Recorder, config, pid_alive
 
-from fathom.sandbox import IsolationError, Sandbox, SandboxConfig
+from fathom.sandbox import LAYERS, IsolationError, Sandbox, SandboxConfig
 
 DOC = "The quick brown fox. Ünïcødé ✓ 日本語 🦊 e\u0301\n" * 50
 
@@ -133,7 +133,7 @@ def test_timeouts_soft_keeps_state_hard_restarts_llm_time_excluded(mode: str) ->
         "TimeoutError: the cell ran past its time limit of 1 s and was interrupted (variables are kept)\n"
     )
     assert s_after.stdout == "yes\n"
-    assert 0.9 < s.elapsed_s < 2.0
+    assert 0.9 < s.elapsed_s < 2.9  # the timer fires at 1 s; a loaded box may run the handler late
     assert h.timed_out and h.restarted and h_stats.restarts == 1
     assert h.error.startswith(
         "TimeoutError: the cell ran past the hard time limit of 3 s. The REPL was restarted"
@@ -233,7 +233,7 @@ def test_memory_errors_leave_the_worker_alive(mode: str) -> None:
             await sb.execute("kept = 1")
             big = await sb.execute("s = 'a' * (10 ** 10)")
             grow = await sb.execute(
-                "def grow():\n    xs = []\n    while True:\n        xs.append(bytearray(10**7))\ngrow()"
+                "def grow():\n    xs = []\n    while True:\n        xs.append(bytes(10**8))\ngrow()"
             )
             return big, grow, await sb.execute("print(kept)")
 
@@ -249,21 +249,13 @@ def test_layers_are_recorded_per_mode(mode: str) -> None:
 
     layers, report = run(go())
     assert report.mode == mode
+    assert set(report.missing) == set(LAYERS) - set(layers)
     if mode == "unsafe-dev":
         assert layers == ("rlimits",) and report.level == "unsafe"
         return
     assert {"rlimits", "no_new_privs", "seccomp"} <= set(layers)
     assert ("bwrap" in layers) == (mode == "bwrap")
     assert ("uid" in layers) == (os.geteuid() == 0)
-    assert set(report.missing) == {
-        "bwrap",
-        "uid",
-        "rlimits",
-        "no_new_privs",
-        "landlock",
-        "seccomp",
-        "cgroup",
-    } - set(layers)
 
 
 def test_floor_refuses_to_run_below_it() -> None:

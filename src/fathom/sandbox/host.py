@@ -206,7 +206,11 @@ class Sandbox:
         started = time.perf_counter()
         calls0, chars0, llm_time = self._llm_calls, self._llm_chars, 0.0
         frame = {"op": "exec", "id": cell_id, "code": code}
-        if len(json.dumps(frame)) > self.config.max_frame_bytes:
+        # JSON escapes at most 6 bytes per character: only a large cell needs its exact size
+        if (
+            len(code) * 6 > self.config.max_frame_bytes
+            and len(json.dumps(frame)) > self.config.max_frame_bytes
+        ):
             return self._result(
                 started, 0.0, calls0, chars0, error="ValueError: the cell's code is too large"
             )

@@ -304,6 +304,11 @@ class Launcher:
             raise IsolationError(
                 f"the sandbox worker was not ready within {self.config.start_timeout_s} s"
             ) from None
+        except BaseException:  # cancelled: no awaiting now; the uid stays claimed, subprocess reaps later
+            worker.popen.kill()
+            worker.channel.close()
+            worker.ctl.close()
+            raise
         try:
             worker.report = self._report(worker, ready)
         except IsolationError:
@@ -315,6 +320,9 @@ class Launcher:
         worker.pids = _tree(worker.popen.pid)
         applied = [x for x in ready.get("layers", []) if isinstance(x, str)]
         missing = {str(k): str(v) for k, v in dict(ready.get("missing", {})).items()}
+        for layer in IN_WORKER_LAYERS:
+            if layer not in applied and layer not in missing:
+                missing[layer] = f"not used in {self.mode} mode"
         info = {
             k: v for k, v in dict(ready.get("info", {})).items() if k in ("landlock_abi", "uid", "groups")
         }
