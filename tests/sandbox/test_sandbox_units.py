@@ -10,9 +10,9 @@ import pytest
 
 from fathom.sandbox import IsolationError, IsolationReport
 from fathom.sandbox.host import clean_text
-from fathom.sandbox.launch import UID_BLOCK, UidSlots
 from fathom.sandbox.lockdown import DENIED_X86_64, seccomp_program
 from fathom.sandbox.protocol import ProtocolError, decode, encode
+from fathom.sandbox.uids import UID_BLOCK, UidSlots
 
 ALLOW, KILL, EPERM, ENOSYS = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
 X86_64 = 0xC000003E
@@ -115,7 +115,7 @@ def test_uid_slots_never_share_a_block_between_holders(tmp_path) -> None:
 
 
 def test_uid_slots_report_exhaustion(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("fathom.sandbox.launch.UID_BLOCKS", 1)
+    monkeypatch.setattr("fathom.sandbox.uids.UID_BLOCKS", 1)
     a, b = UidSlots(1000, str(tmp_path)), UidSlots(1000, str(tmp_path))
     a.claim()
     with pytest.raises(IsolationError, match="uid block"):

@@ -171,7 +171,8 @@ class Sandbox:
                 raise RuntimeError("execute() on a closed Sandbox")
             self._cells += 1
             if self._dirty:  # an earlier execute() was cancelled mid-cell: the worker's state is unknown
-                return await self._restart("the previous cell was cancelled", timed_out=False, started=None)
+                reason = "the previous cell was cancelled"
+                return await self._restart(reason, False, 0.0, self._llm_calls, self._llm_chars)
             self._dirty = True
             result = await self._run_cell(code)
             self._dirty = False
@@ -207,13 +208,9 @@ class Sandbox:
         calls0, chars0, llm_time = self._llm_calls, self._llm_chars, 0.0
         frame = {"op": "exec", "id": cell_id, "code": code}
         # JSON escapes at most 6 bytes per character: only a large cell needs its exact size
-        if (
-            len(code) * 6 > self.config.max_frame_bytes
-            and len(json.dumps(frame)) > self.config.max_frame_bytes
-        ):
-            return self._result(
-                started, 0.0, calls0, chars0, error="ValueError: the cell's code is too large"
-            )
+        limit = self.config.max_frame_bytes
+        if len(code) * 6 > limit and len(json.dumps(frame)) > limit:
+            return self._result(0.0, calls0, chars0, error="ValueError: the cell's code is too large")
         try:
             channel.send(frame)
             deadline = started + hard
@@ -227,25 +224,20 @@ class Sandbox:
                     llm_time, deadline = llm_time + spent, deadline + spent  # llm() time is not cell time
                     channel.send(reply)
                 elif op == "result" and message.get("id") == cell_id:
-                    return self._from_worker(message, started, llm_time, calls0, chars0)
+                    elapsed = time.perf_counter() - started - llm_time
+                    return self._from_worker(message, elapsed, calls0, chars0)
                 else:
                     raise ProtocolError(f"unexpected {op!r} frame from the worker")
         except TimeoutError:
-            reason = f"TimeoutError: the cell ran past the hard time limit of {hard:g} s"
-            return await self._restart(
-                reason, timed_out=True, started=started, llm=(llm_time, calls0, chars0)
-            )
+            reason, timed_out = f"TimeoutError: the cell ran past the hard time limit of {hard:g} s", True
         except EOFError:
             oom = worker.cgroup is not None and worker.cgroup.oom_killed()
             reason = "MemoryError: the REPL process ran out of memory" if oom else "the REPL process died"
-            return await self._restart(
-                reason, timed_out=False, started=started, llm=(llm_time, calls0, chars0)
-            )
+            timed_out = False
         except ProtocolError as e:
-            reason = f"ProtocolViolation: {e}"
-            return await self._restart(
-                reason, timed_out=False, started=started, llm=(llm_time, calls0, chars0)
-            )
+            reason, timed_out = f"ProtocolViolation: {e}", False
+        elapsed = time.perf_counter() - started - llm_time
+        return await self._restart(reason, timed_out, elapsed, calls0, chars0)
 
     async def _answer_llm(self, message: dict) -> dict:
         cfg, reply = self.config, {"op": "llm_result", "id": message.get("id")}
@@ -286,7 +278,7 @@ class Sandbox:
             reply["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         return reply
 
-    def _from_worker(self, m: dict, started: float, llm_time: float, calls0: int, chars0: int) -> CellResult:
+    def _from_worker(self, m: dict, elapsed: float, calls0: int, chars0: int) -> CellResult:
         """Re-validate the worker's result frame: types, caps, control characters."""
         stdout = m.get("stdout") if isinstance(m.get("stdout"), str) else ""
         dropped = m.get("dropped") if type(m.get("dropped")) is int and m["dropped"] > 0 else 0
@@ -303,14 +295,13 @@ class Sandbox:
             if isinstance(answer, str):
                 answer = clean_text(answer[:limit])
         return self._result(
-            started, llm_time, calls0, chars0, stdout=stdout, dropped=dropped, error=error,
+            elapsed, calls0, chars0, stdout=stdout, dropped=dropped, error=error,
             timed_out=m.get("timed_out") is True, answer_ready=answer_ready, answer=answer,
         )  # fmt: skip
 
     def _result(
         self,
-        started: float | None,
-        llm_time: float,
+        elapsed: float,
         calls0: int,
         chars0: int,
         stdout: str = "",
@@ -330,15 +321,14 @@ class Sandbox:
         if error is not None:
             error, cut = _cap(clean_text(error), limit)
             error += f"\n[... {cut} chars truncated]" if cut else ""
-        elapsed = 0.0 if started is None else max(time.perf_counter() - started - llm_time, 0.0)
         return CellResult(
             stdout=stdout, error=error, truncated_chars=dropped, answer_ready=answer_ready, answer=answer,
-            elapsed_s=elapsed, timed_out=timed_out, restarted=restarted,
+            elapsed_s=max(elapsed, 0.0), timed_out=timed_out, restarted=restarted,
             llm_calls=self._llm_calls - calls0, llm_chars=self._llm_chars - chars0,
         )  # fmt: skip
 
     async def _restart(
-        self, reason: str, timed_out: bool, started: float | None, llm: tuple[float, int, int] = (0.0, 0, 0)
+        self, reason: str, timed_out: bool, elapsed: float, calls0: int, chars0: int
     ) -> CellResult:
         """Replace the worker with a fresh one holding the same document; the model is told what was lost."""
         old, self._worker = self._worker, None
@@ -358,6 +348,4 @@ class Sandbox:
             f"{reason}. The REPL was restarted and every variable was lost; ctx, llm, llm_batch, answer and "
             "FINAL are set up again."
         )
-        return self._result(
-            started, llm[0], llm[1], llm[2], error=message, timed_out=timed_out, restarted=True
-        )
+        return self._result(elapsed, calls0, chars0, error=message, timed_out=timed_out, restarted=True)

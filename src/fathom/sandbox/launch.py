@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -33,11 +32,11 @@ from fathom.sandbox.cgroup import PREFIX, Cgroup, CgroupRoot
 from fathom.sandbox.channel import Channel
 from fathom.sandbox.config import IsolationError, IsolationReport, MiB, SandboxConfig
 from fathom.sandbox.protocol import ProtocolError
+from fathom.sandbox.uids import UidSlots
 
 log = logging.getLogger("fathom.sandbox")
 
 WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py")
-UID_BLOCK, UID_BLOCKS = 256, 256
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
 IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
 
@@ -48,51 +47,6 @@ def raise_open_file_limit(wanted: int = 65536) -> None:
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
-class UidSlots:
-    """Dedicated uids, claimed in blocks under flock so that host processes on one machine never share one."""
-
-    def __init__(self, base: int, lock_dir: str) -> None:
-        self.base, self.lock_dir = base, lock_dir
-        self.blocks: dict[int, int] = {}  # block index -> fd holding its lock
-        self.free: list[int] = []
-
-    def claim(self) -> int:
-        if not self.free:
-            self._claim_block()
-        return self.free.pop()
-
-    def release(self, uid: int) -> None:
-        self.free.append(uid)
-
-    def _claim_block(self) -> None:
-        start = os.getpid() % UID_BLOCKS  # spreads processes over the range; the lock is what guarantees it
-        for i in range(UID_BLOCKS):
-            block = (start + i) % UID_BLOCKS
-            if block in self.blocks:
-                continue
-            fd = os.open(
-                os.path.join(self.lock_dir, f"uids-{block}.lock"),
-                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                0o600,
-            )
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            self.blocks[block] = fd
-            first = self.base + block * UID_BLOCK
-            self.free.extend(range(first + UID_BLOCK - 1, first - 1, -1))
-            return
-        raise IsolationError("every sandbox uid block is in use on this machine")
-
-    def close(self) -> None:
-        for fd in self.blocks.values():
-            os.close(fd)
-        self.blocks.clear()
-        self.free.clear()
 
 
 @dataclass
