@@ -1,4 +1,4 @@
-"""`fathom data build`: byte-identical rebuilds, disjoint splits, per-split lengths, checkable output."""
+"""`fathom data build`: byte-identical rebuilds, no shared document or question, per-split lengths."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from fathom.cli import main
-from fathom.tasks import FAMILIES, load_tasks, validate_task
-from fathom.tasks.build import SplitSpec, check_disjoint, task_seed
+from fathom.tasks import FAMILIES, build, load_tasks, validate_task
+from fathom.tasks.build import SplitSpec, build_dataset, check_disjoint, task_seed
 from fathom.tasks.haystack import parse_length
 
 ARGS = ["--train", "14", "--eval", "7", "--heldout", "7", "--lengths", "2K", "--heldout-lengths", "3K,4K"]
@@ -76,6 +76,48 @@ def test_check_disjoint_catches_a_shared_document(built):
 def test_built_files_pass_check_with_validate(built):
     files = [str(built / f"{name}.jsonl") for name in ("train", "eval", "heldout")]
     assert main(["data", "check", *files, "--validate"]) == 0
+
+
+def test_splits_never_share_a_question(built, tmp_path, corpora):
+    splits = {name: load_tasks(built / f"{name}.jsonl") for name in ("train", "eval", "heldout")}
+    # A bigger build too: 70 tasks per family at one short length, where templated questions would repeat.
+    specs = [
+        SplitSpec("train", 280, (2048,)),
+        SplitSpec("eval", 105, (2048,)),
+        SplitSpec("heldout", 105, (2048,)),
+    ]
+    bigger = build_dataset(tmp_path / "big", 7, specs, corpora, validate=False, progress=False)
+    for result in (splits, bigger):
+        questions = {name: [t.question for t in ts] for name, ts in result.items()}
+        for name, texts in questions.items():
+            assert len(set(texts)) == len(texts), f"a question repeats within {name}"
+        assert not set(questions["train"]) & set(questions["eval"])
+        assert not set(questions["train"]) & set(questions["heldout"])
+        assert not set(questions["eval"]) & set(questions["heldout"])
+        check_disjoint(result)
+
+
+def test_check_disjoint_catches_a_shared_question(built):
+    train = load_tasks(built / "train.jsonl")
+    other = dataclasses.replace(train[1], id="eval-clone", question=train[0].question)
+    with pytest.raises(ValueError, match="same question"):
+        check_disjoint({"train": train[:1], "eval": [other]})
+
+
+def test_build_redraws_a_repeated_question(tmp_path, corpora, monkeypatch):
+    real = build.generate_task
+
+    def three_questions(family, seed, *args):  # only three question texts exist
+        return dataclasses.replace(real(family, seed, *args), question=f"question {seed % 3}")
+
+    monkeypatch.setattr(build, "generate_task", three_questions)
+    spec = SplitSpec("train", 3, (2048,), ("niah",))
+    tasks = build_dataset(tmp_path / "a", 1, [spec], corpora, validate=False, progress=False)["train"]
+    assert sorted(t.question for t in tasks) == ["question 0", "question 1", "question 2"]
+    with pytest.raises(RuntimeError, match="repeated an earlier document or question"):
+        build_dataset(
+            tmp_path / "b", 1, [dataclasses.replace(spec, count=4)], corpora, validate=False, progress=False
+        )
 
 
 def test_build_json_records_parameters_and_corpora(built):

@@ -6,7 +6,8 @@ Facts are paragraphs of their own, in story order, spread through a corpus windo
     John picked up the football.
     John dropped the football.
 
-Variants (chosen by the seed):
+Variants (chosen by the seed); every question opens with "The text above hides a story of 23 facts, one
+per line." (the document's own fact count, checked by `validate()`), so no two documents share a question:
 
 - ``qa1`` "Where is Mary?" — the person's last location (moves only).
 - ``qa2`` "Where is the football?" — where its carrier is, or where it was dropped.
@@ -16,10 +17,13 @@ Variants (chosen by the seed):
 World rules: people start nowhere; a person can pick up a free object only once they are somewhere, and
 only where the object lies (or anywhere if it was never seen); carried objects move with their carrier.
 
-For an expert: `FACT_RE` matches every fact (groups: person, move verb, place, take verb, object, drop
-verb, object); `simulate` replays them; `QUESTION_RES` parse the question. Difficulty: easy 3 people and
-at least 8 facts, medium 4 and 20, hard 6 and 50 (more objects, too); the story runs on past that until
-the asked question has an answer. Gold: a place; metric ``exact``.
+Each world samples its people, objects and places from `fathom.tasks.words` (~100 names, 40 objects, 60
+places), so the gold place is any of 60 and a blind guess is right about one time in 60 (REWARD_AUDIT.md).
+Difficulty: easy 3 people, 2 objects, 6 places and 8-16 facts; medium 4, 3, 8 and 20-40; hard 6, 4, 12
+and 50-100 (the count drawn by the seed); the story runs on past that until the asked question has an
+answer. For an expert: `FACT_RE` matches every fact (groups: person, move verb, place, take verb, object,
+drop verb, object); `simulate` replays them; `QUESTION_RES` parse the question (slots n, x, y). Gold: a
+place; metric ``exact``.
 
 This module does not cover the other bAbI tasks (qa4-qa20: relations, counting, negation, ...).
 """
@@ -54,19 +58,25 @@ FACT_RE = re.compile(
     rf"^({_PERSON}) (?:({_MOVE}) to the ({_PLACE})|({_TAKE}) the ({_THING})|({_DROP}) the ({_THING}))\.$",
     re.MULTILINE,
 )
+_PREFIX = "The text above hides a story of {n} facts, one per line. "  # names its document
 _SUFFIX = " Answer with one word: the place, as the story names it."
 QUESTIONS = {
-    "qa1": "Where is {x}?" + _SUFFIX,
-    "qa2": "Where is the {x}?" + _SUFFIX,
-    "qa3": "Where was the {x} before the {y}?" + _SUFFIX,
+    "qa1": _PREFIX + "Where is {x}?" + _SUFFIX,
+    "qa2": _PREFIX + "Where is the {x}?" + _SUFFIX,
+    "qa3": _PREFIX + "Where was the {x} before the {y}?" + _SUFFIX,
 }
+_N = r"[1-9]\d*"
 QUESTION_RES = {
-    "qa1": template_regex(QUESTIONS["qa1"], {"x": alternation(PEOPLE)}),
-    "qa2": template_regex(QUESTIONS["qa2"], {"x": _THING}),
-    "qa3": template_regex(QUESTIONS["qa3"], {"x": _THING, "y": _PLACE}),
+    "qa1": template_regex(QUESTIONS["qa1"], {"n": _N, "x": alternation(PEOPLE)}),
+    "qa2": template_regex(QUESTIONS["qa2"], {"n": _N, "x": _THING}),
+    "qa3": template_regex(QUESTIONS["qa3"], {"n": _N, "x": _THING, "y": _PLACE}),
 }
-# difficulty -> (people, objects, facts)
-LEVELS = {"easy": (3, 2, 8), "medium": (4, 3, 20), "hard": (6, 4, 50)}
+# difficulty -> (people, objects, places in the world, (fewest, most) facts before the question)
+LEVELS = {
+    "easy": (3, 2, 6, (8, 16)),
+    "medium": (4, 3, 8, (20, 40)),
+    "hard": (6, 4, 12, (50, 100)),
+}
 
 
 @dataclass
@@ -113,7 +123,14 @@ def simulate(document: str) -> World:
     return world
 
 
-def _step(rng: random.Random, world: World, people: list[str], objects: list[str], moves_only: bool) -> str:
+def _step(
+    rng: random.Random,
+    world: World,
+    people: list[str],
+    objects: list[str],
+    places: list[str],
+    moves_only: bool,
+) -> str:
     """Apply one random legal action to `world` and return its fact sentence."""
     person = rng.choice(people)
     # About 20% drops and 25% takes where legal, the rest moves: objects travel, and stories stay readable.
@@ -132,7 +149,7 @@ def _step(rng: random.Random, world: World, people: list[str], objects: list[str
         obj = rng.choice(takeable)
         world.apply(person, "take", obj)
         return f"{person} {rng.choice(TAKE_VERBS)} the {obj}."
-    place = rng.choice([p for p in PLACES if p != world.at.get(person)])
+    place = rng.choice([p for p in places if p != world.at.get(person)])
     world.apply(person, "move", place)
     return f"{person} {rng.choice(MOVE_VERBS)} to the {place}."
 
@@ -156,17 +173,19 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     rng = random.Random(f"{NAME}/{seed}")  # per-family stream: same seed, unrelated tasks
     variant = rng.choice(VARIANTS)
     source = rng.choice(SOURCES)
-    n_people, n_objects, n_facts = LEVELS[difficulty]
+    n_people, n_objects, n_places, facts_range = LEVELS[difficulty]
+    n_facts = rng.randint(*facts_range)
     people = rng.sample(PEOPLE, n_people)
     objects = rng.sample(OBJECTS, n_objects)
+    places = rng.sample(PLACES, n_places)
     world = World()
     facts: list[str] = []
     while len(facts) < n_facts or not candidates(variant, world):
         if len(facts) > 10 * n_facts:
             raise InvalidTaskError(f"no {variant} question after {len(facts)} facts (seed {seed})")
-        facts.append(_step(rng, world, people, objects, variant == "qa1"))
+        facts.append(_step(rng, world, people, objects, places, variant == "qa1"))
     x, y, answer = rng.choice(candidates(variant, world))
-    question = QUESTIONS[variant].format(x=x, y=y)
+    question = QUESTIONS[variant].format(n=len(facts), x=x, y=y)
     document = haystack_with_needles(corpora, rng, source, length_tokens, facts, ordered=True)
     return make_task(
         NAME,
@@ -197,5 +216,15 @@ def wrong_answers(task: Task, document: str) -> list[str]:
     return [p for p in PLACES if p != task.answer] + ["", "nowhere"]
 
 
-FAMILY = Family(NAME, "bAbI state tracking (qa1-qa3) among real prose", generate, solve, wrong_answers, True)
+def check(task: Task, document: str) -> None:
+    """The question's fact count is the number of fact lines in the document."""
+    slots = [m["n"] for pattern in QUESTION_RES.values() if (m := pattern.fullmatch(task.question))]
+    n, found = int(find_one(slots, "question variant")), len(FACT_RE.findall(document))
+    if n != found:
+        raise InvalidTaskError(f"{task.id}: the question says {n} facts, the document has {found}")
+
+
+FAMILY = Family(
+    NAME, "bAbI state tracking (qa1-qa3) among real prose", generate, solve, wrong_answers, True, check=check
+)
 validate = FAMILY.validate

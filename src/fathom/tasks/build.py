@@ -9,9 +9,11 @@ Layout of the output folder::
 Every document goes to a file (none inline), so consumers handle one case and the sandbox can bind each
 file read-only. Task ``i`` of a split takes the ``i``-th cell of the grid lengths x difficulties x families
 (families vary fastest), so every split is balanced, and its seed is drawn from a stream of its own:
-``sha256("fathom/<seed>/<split>/<i>/<attempt>")``. Splits never share a document: a document already used
-anywhere in the build is redrawn with the next attempt (and `check_disjoint` verifies it). Templated
-questions such as "Where is Mary?" do recur across splits; each is about a different document.
+``sha256("fathom/<seed>/<split>/<i>/<attempt>")``. Splits never share a document or a question: a task
+whose document or question text is already used anywhere in the build (any split, this one included) is
+redrawn with the next attempt, and `check_disjoint` verifies both. Every family's questions name
+something of their own document (a random key, a value, the record count and date span, the story's fact
+count), so redraws are rare.
 
 The same arguments and corpora give byte-identical files. Stale ``docs/*.txt`` from earlier builds into
 the same folder are removed. This module does not parse command lines (see `fathom.tasks.cli`).
@@ -83,7 +85,7 @@ def build_dataset(
     """Generate, validate and write every split; return the written tasks per split."""
     out = Path(out)
     (out / DOCS_DIR).mkdir(parents=True, exist_ok=True)
-    used: dict[str, str] = {}  # document sha256 -> id of the task that has it
+    used: set[str] = set()  # sha256 of every document and of every question text so far
     result: dict[str, list[Task]] = {}
     for spec in specs:
         tasks: list[Task] = []
@@ -94,12 +96,13 @@ def build_dataset(
                 task = generate_task(
                     family, task_seed(seed, spec.name, index, attempt), length, difficulty, corpora
                 )
-                digest = _digest(task.document)  # type: ignore[arg-type]
-                if digest not in used:
+                document = _digest(task.document)  # type: ignore[arg-type]
+                keys = {f"document:{document}", f"question:{_digest(task.question)}"}
+                if not keys & used:
                     break
             else:
-                raise RuntimeError(f"{task_id}: every attempt repeated an earlier document")
-            used[digest] = task_id
+                raise RuntimeError(f"{task_id}: every attempt repeated an earlier document or question")
+            used |= keys
             if validate:
                 validate_task(task)
             rel = f"{DOCS_DIR}/{task_id}.txt"
@@ -131,8 +134,9 @@ def build_dataset(
 
 
 def check_disjoint(splits: Mapping[str, Sequence[Task]]) -> None:
-    """Raise ValueError if two tasks (in one split or across splits) share an id or a document."""
-    seen: dict[str, str] = {}
+    """Raise ValueError if two tasks (in one split or across splits) share an id, a document or a question."""
+    documents: dict[str, str] = {}
+    questions: dict[str, str] = {}
     ids: set[str] = set()
     for name, tasks in splits.items():
         for task in tasks:
@@ -140,6 +144,9 @@ def check_disjoint(splits: Mapping[str, Sequence[Task]]) -> None:
                 raise ValueError(f"task id {task.id} appears twice")
             ids.add(task.id)
             digest = _digest(task.read_document())
-            if digest in seen:
-                raise ValueError(f"{name} task {task.id} has the same document as {seen[digest]}")
-            seen[digest] = task.id
+            if digest in documents:
+                raise ValueError(f"{name} task {task.id} has the same document as {documents[digest]}")
+            documents[digest] = task.id
+            if task.question in questions:
+                raise ValueError(f"{name} task {task.id} has the same question as {questions[task.question]}")
+            questions[task.question] = task.id

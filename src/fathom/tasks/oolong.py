@@ -1,7 +1,8 @@
 """OOLONG-style aggregation: count and compare labels that must be read off every record.
 
 The document is `fathom.tasks.records`: general-knowledge questions, one record per line, each of one of
-six categories (`records.LABELS`) that never appear in the instances. Questions (chosen by the seed):
+six categories (`records.LABELS`) that never appear in the instances. Questions (kind chosen by the
+seed with `KIND_WEIGHTS`: 40% count, 40% count_after, 20% the rest):
 
 =============  ===========================================================  =========  =================
 kind           asks                                                         metric     gold
@@ -14,13 +15,22 @@ compare        is X more common, less common, or the same frequency as Y    exac
                                                                                        "same frequency"
 =============  ===========================================================  =========  =================
 
+Every question names its document: "among the 3,744 questions above (dated Jan 2, 2022 to Dec 30,
+2024)" (`records.SPAN`: record count, earliest and latest date; `validate()` checks them), so no two
+documents share a question text. Counts dominate because a blind guess rarely hits them: the asked
+category's share in a count question is uniform in `COUNT_SHARE` (6% to 70%), so its count is anywhere
+from n/16 to 0.7 n; count_after cutoffs fall in the first half of the three years. Chance alone answers
+most/least one time in six and compare one time in three, so those stay a minority (REWARD_AUDIT.md).
+
 Ties never make a question ambiguous: after sampling, records are relabelled (their instance rewritten)
 until all six counts differ, so "most" and "least" have one answer; a ``compare`` question that wants
 "same frequency" then equalises exactly its two categories.
 
 Difficulty is the skew of the label distribution: easy has wide gaps between counts, hard is near
-uniform (a classifier that mislabels a few records flips the answer). For an expert: `QUESTION_RES` parse
-the question (kind and arguments, by slot name); `records.RECORD_RE` and `records.label_of` do the rest.
+uniform (a classifier that mislabels a few records flips a most/least/compare answer; a count question
+sets its own category's share, and the others keep the skew). For an expert: `parse_question` gives
+(kind, x, y, cutoff day) and `QUESTION_RES[kind]` every slot by name (x, y, date, n, first, last);
+`records.RECORD_RE` and `records.label_of` do the rest.
 
 This module does not write records or instances (see `fathom.tasks.records`).
 """
@@ -28,6 +38,7 @@ This module does not write records or instances (see `fathom.tasks.records`).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 from collections import Counter
@@ -48,25 +59,33 @@ from fathom.tasks.schema import Task
 
 NAME = "oolong"
 KINDS = ("count", "count_after", "most", "least", "compare")
+# How often the seed picks each kind. Counts are most of the family: a blind guess of a count is rarely
+# near it (and numeric partial credit decays fast), while chance alone names the most/least common of six
+# categories 1 time in 6 and picks one of three comparison answers 1 time in 3 (REWARD_AUDIT.md).
+KIND_WEIGHTS = (0.4, 0.4, 0.07, 0.07, 0.06)
 COMPARISONS = ("more common", "less common", "same frequency")
 _CATS = "one of: " + ", ".join(LABELS)
 _NAME_IT = f"Answer with the category name ({_CATS})."
+_SPAN = records.SPAN  # "the {n} questions above (dated {first} to {last})": specific to the document
 QUESTIONS = {
-    "count": "How many of the questions above are of the category '{x}'? Answer with a number.",
+    "count": "How many of " + _SPAN + " are of the category '{x}'? Answer with a number.",
     "count_after": (
-        "How many of the questions dated after {date} are of the category '{x}'? Answer with a number."
+        "How many of " + _SPAN + " are dated after {date} and of the category '{x}'? Answer with a number."
     ),
-    "most": "Which category is the most common among the questions above? " + _NAME_IT,
-    "least": "Which category is the least common among the questions above? " + _NAME_IT,
+    "most": "Which category is the most common among " + _SPAN + "? " + _NAME_IT,
+    "least": "Which category is the least common among " + _SPAN + "? " + _NAME_IT,
     "compare": (
         "Is the category '{x}' more common, less common, or the same frequency as the category '{y}' "
-        "among the questions above? Answer with exactly one of: more common, less common, same frequency."
+        "among " + _SPAN + "? Answer with exactly one of: more common, less common, same frequency."
     ),
 }
-_SLOTS = {"x": alternation(LABELS), "y": alternation(LABELS), "date": r"[A-Z][a-z]{2} \d{1,2}, \d{4}"}
+_SLOTS = {"x": alternation(LABELS), "y": alternation(LABELS), "date": records.DATE, **records.SPAN_SLOTS}
 QUESTION_RES = {kind: template_regex(question, _SLOTS) for kind, question in QUESTIONS.items()}
 # Spread of the log-weights of the six labels: larger = more skewed.
 SKEW = {"easy": 1.2, "medium": 0.6, "hard": 0.15}
+# Share of the asked category in count questions, drawn uniformly (whatever the difficulty), so the count
+# is anywhere from n/16 to 0.7 n and a blind guess from the record count n in the question is far off.
+COUNT_SHARE = (0.06, 0.7)
 MIN_SHARE = 0.06  # no label rarer than this, so six distinct counts always fit
 
 
@@ -119,12 +138,13 @@ def relabel(rng: random.Random, recs: list[Record], target: dict[str, int]) -> l
 def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"{NAME}/{seed}")  # per-family stream: same seed, unrelated tasks
-    kind = rng.choice(KINDS)
-    cumulative = []
-    acc = 0.0
-    for w in label_weights(rng, difficulty):
-        acc += w
-        cumulative.append(acc)
+    kind = rng.choices(KINDS, KIND_WEIGHTS)[0]
+    x, y = rng.sample(LABELS, 2)
+    weights = dict(zip(LABELS, label_weights(rng, difficulty), strict=True))
+    if kind.startswith("count"):  # the asked share is uniform: the count cannot be told from n alone
+        share, rest = rng.uniform(*COUNT_SHARE), 1 - weights[x]
+        weights = {k: share if k == x else w * (1 - share) / rest for k, w in weights.items()}
+    cumulative = list(itertools.accumulate(weights[label] for label in LABELS))
     n_users = max(8, length_tokens // 256)
     users = rng.sample(range(10_000, 100_000), n_users)
 
@@ -136,7 +156,6 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     recs = records.fill(chars_for_tokens(length_tokens, "records") - 700, make, min_records=30)
     counts = Counter(r.label for r in recs)
     target = distinct_targets(counts)
-    x, y = rng.sample(LABELS, 2)
     # A third of compare questions want "same frequency": the larger of the two gives its surplus to a third.
     if kind == "compare" and rng.random() < 1 / 3:
         low, high = sorted((x, y), key=target.__getitem__)
@@ -144,9 +163,9 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
         target[z] += target[high] - target[low]
         target[high] = target[low]
     recs = relabel(rng, recs, target)
-    cutoff = rng.randrange(records.N_DAYS // 4, 3 * records.N_DAYS // 4)
+    cutoff = rng.randrange(records.N_DAYS // 10, records.N_DAYS // 2)
     date = records.date_text(cutoff)
-    question = QUESTIONS[kind].format(x=x, y=y, date=date)
+    question = QUESTIONS[kind].format(x=x, y=y, date=date, **records.span(recs))
     answer = _answer(kind, [(r.day, r.label) for r in recs], x, y, cutoff)
     document = records.document(recs)
     return make_task(
@@ -176,10 +195,15 @@ def _answer(kind: str, labelled: list[tuple[int, str]], x: str, y: str, cutoff: 
     return COMPARISONS[0] if counts[x] > counts[y] else COMPARISONS[1]
 
 
+def question_parts(question: str) -> tuple[str, dict[str, str]]:
+    """(kind, slot values) of an oolong question; InvalidTaskError if it fits no template."""
+    hits = [(k, m.groupdict()) for k, pattern in QUESTION_RES.items() if (m := pattern.fullmatch(question))]
+    return find_one(hits, "question kind")
+
+
 def parse_question(question: str) -> tuple[str, str, str, int]:
     """(kind, category x, category y, cutoff day) of an oolong question; absent parts are "" / 0."""
-    hits = [(k, m.groupdict()) for k, pattern in QUESTION_RES.items() if (m := pattern.fullmatch(question))]
-    kind, args = find_one(hits, "question kind")
+    kind, args = question_parts(question)
     date = args.get("date")
     return kind, args.get("x", ""), args.get("y", ""), records.parse_date(date) if date else 0
 
@@ -197,6 +221,12 @@ def wrong_answers(task: Task, document: str) -> list[str | int]:
     return [a for a in (*LABELS, *COMPARISONS) if a != task.answer] + [""]
 
 
+def check(task: Task, document: str) -> None:
+    """Instances never name a label, and the question's record count and date span are the document's."""
+    records.check_not_greppable(task, document)
+    records.check_span(question_parts(task.question)[1], document)
+
+
 FAMILY = Family(
     NAME,
     "OOLONG aggregation over records whose labels must be read",
@@ -204,6 +234,6 @@ FAMILY = Family(
     solve,
     wrong_answers,
     False,
-    check=records.check_not_greppable,
+    check=check,
 )
 validate = FAMILY.validate

@@ -8,6 +8,9 @@ questions of the other four categories. Predicates (RLM paper App. D.1 tasks 1-3
 - ``both``: both users have at least one A and at least one B (near-miss users have only one of them).
 - ``asym``: one user has at least two A and the other at least one B (near-miss users have exactly one A).
 
+Questions open with "Among the 3,744 questions above (dated Jan 2, 2022 to Dec 30, 2024)" (`records.SPAN`,
+checked by `validate()`), so no two documents share a question text.
+
 Gold: sorted list of ``[lo, hi]`` user-id pairs (ints); metric ``set_f1`` (order inside a pair is free).
 Pair counts stay modest: 4 to 33 by difficulty (easy / medium / hard plant more qualifying and near-miss
 users). For an expert: `QUESTION_RES` gives the predicate and the two categories; count A and B per user
@@ -40,7 +43,7 @@ from fathom.tasks.schema import Task
 NAME = "pairs"
 PREDICATES = ("any", "both", "asym")
 _TAIL = " Give one pair per line as (id1, id2), lower ID first, no duplicate pairs."
-_HEAD = "List all pairs of user IDs where "
+_HEAD = "Among " + records.SPAN + ", list all pairs of user IDs where "  # names its document
 QUESTIONS = {
     "any": _HEAD + "both users have at least one instance of the category '{a}' or '{b}'." + _TAIL,
     "both": _HEAD + "both users have at least one instance of the category '{a}' and at least one instance "
@@ -49,9 +52,8 @@ QUESTIONS = {
     + "one user has at least two instances of the category '{a}' and the other user has at least "
     "one instance of the category '{b}'." + _TAIL,
 }
-QUESTION_RES = {
-    p: template_regex(q, {"a": alternation(LABELS), "b": alternation(LABELS)}) for p, q in QUESTIONS.items()
-}
+_SLOTS = {"a": alternation(LABELS), "b": alternation(LABELS), **records.SPAN_SLOTS}
+QUESTION_RES = {p: template_regex(q, _SLOTS) for p, q in QUESTIONS.items()}
 
 # difficulty -> (qualifying users, near-miss users); for asym: (only-A users, only-B users, A-and-B users)
 LEVELS = {"easy": (4, 2), "medium": (6, 4), "hard": (8, 8)}
@@ -119,7 +121,7 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     rng.shuffle(recs)
     tally = Counter((r.user, r.label) for r in planted)  # only planted users have A or B records
     gold = pairs_for(predicate, {u: (tally[u, a], tally[u, b]) for u in users[: len(plan)]})
-    question = QUESTIONS[predicate].format(a=a, b=b)
+    question = QUESTIONS[predicate].format(a=a, b=b, **records.span(recs))
     return make_task(
         NAME,
         seed,
@@ -159,6 +161,13 @@ def wrong_answers(task: Task, document: str) -> list[list[list[int]]]:
     return [gold[:-1], gold[1:], [*gold, outsider], gold[: len(gold) // 2], [outsider], []]
 
 
+def check(task: Task, document: str) -> None:
+    """Instances never name a label, and the question's record count and date span are the document's."""
+    records.check_not_greppable(task, document)
+    slots = [m.groupdict() for pattern in QUESTION_RES.values() if (m := pattern.fullmatch(task.question))]
+    records.check_span(find_one(slots, "pair predicate"), document)
+
+
 FAMILY = Family(
     NAME,
     "OOLONG-Pairs: all user pairs whose read labels satisfy a predicate",
@@ -166,6 +175,6 @@ FAMILY = Family(
     solve,
     wrong_answers,
     False,
-    check=records.check_not_greppable,
+    check=check,
 )
 validate = FAMILY.validate

@@ -13,6 +13,9 @@ closers, so lines vary.
 For an expert policy: `RECORD_RE` parses a line (groups: date, user, instance); `label_of(instance)` is
 the pure classifier a simulated competent sub-LM uses to label instances (it matches the instance against
 every template; exactly one label fits). Dates and users are uniform; only labels carry the signal.
+Questions about a document name it by `SPAN` ("the 3,744 questions above (dated Jan 2, 2022 to Dec 30,
+2024)", slots from `span(records)`, regexes in `SPAN_SLOTS`, checked by `check_span`), so question texts
+are specific to their document.
 
 This module does not choose label counts or questions (see `fathom.tasks.oolong` / `fathom.tasks.pairs`).
 """
@@ -194,9 +197,8 @@ _LABEL_RES = tuple(
     for label, ts in TEMPLATES.items()
 )
 _SLOT_NAMES = {t: tuple(re.findall(r"\{(\w+)\}", t)) for ts in TEMPLATES.values() for t in ts}
-RECORD_RE = re.compile(
-    r"^Date: ([A-Z][a-z]{2} \d{1,2}, \d{4}) \|\| User: (\d{5}) \|\| Instance: (.+)$", re.MULTILINE
-)
+DATE = r"[A-Z][a-z]{2} \d{1,2}, \d{4}"  # as `date_text` writes it: "Jun 16, 2024"
+RECORD_RE = re.compile(rf"^Date: ({DATE}) \|\| User: (\d{{5}}) \|\| Instance: (.+)$", re.MULTILINE)
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 FIRST_DAY = datetime.date(2022, 1, 1)
 N_DAYS = 3 * 365
@@ -278,6 +280,29 @@ def document(records: list[Record]) -> str:
     lines += [format_record(r, dates) for r in records]
     lines += ["", FOOTER.format(n=n, k=k)]
     return "\n".join(lines)
+
+
+# How oolong and pairs questions name their document: its record count and date span, so that a question
+# text is specific to its document (dataset splits never share one) while still being a plain description.
+SPAN = "the {n} questions above (dated {first} to {last})"
+SPAN_SLOTS: Mapping[str, str] = MappingProxyType({"n": r"\d{1,3}(?:,\d{3})*", "first": DATE, "last": DATE})
+
+
+def span(records: list[Record]) -> dict[str, str]:
+    """The `SPAN` slots of a record list: "3,744" records, earliest and latest date."""
+    days = [r.day for r in records]
+    return {"n": f"{len(records):,}", "first": date_text(min(days)), "last": date_text(max(days))}
+
+
+def check_span(slots: Mapping[str, str], text: str) -> None:
+    """The `SPAN` slots of a question (as parsed) describe the document's records exactly."""
+    days = [day for day, _, _ in parse(text)]
+    if not days:
+        raise InvalidTaskError("the document has no records")
+    want = {"n": f"{len(days):,}", "first": date_text(min(days)), "last": date_text(max(days))}
+    got = {k: slots[k] for k in want}
+    if got != want:
+        raise InvalidTaskError(f"the question describes the records as {got}, they are {want}")
 
 
 def check_not_greppable(task: object, text: str) -> None:

@@ -1,4 +1,4 @@
-"""Small fixed word lists for needle keys and bAbI worlds (immutable tuples; order matters for seeds).
+"""Fixed word lists for needle keys and bAbI worlds (immutable tuples; order matters for seeds).
 
 Keys are RULER-style ``adjective-noun`` pairs. Distractor keys that look like the real one share one of
 its two words, so a model must match the whole key, not a fragment.
@@ -41,19 +41,35 @@ NOUNS: tuple[str, ...] = tuple(
     """.split()  # noqa: SIM905 (a word list reads better as text)
 )
 
-# bAbI world: the classic names, places and objects, plus a few more for harder stories.
-PEOPLE: tuple[str, ...] = ("Mary", "John", "Sandra", "Daniel", "Fred", "Julie", "Bill", "Jeff")
-PLACES: tuple[str, ...] = (
-    "bathroom",
-    "hallway",
-    "garden",
-    "office",
-    "bedroom",
-    "kitchen",
-    "cellar",
-    "balcony",
+# bAbI world: the classic names, places and objects first, then many more, so that a blind guess of a
+# place is right about one time in sixty and question texts ("Where is Mary?") rarely repeat. Every place
+# and object is one word; no name is a word of the story's verbs.
+PEOPLE: tuple[str, ...] = tuple(
+    """
+    Mary John Sandra Daniel Fred Julie Bill Jeff Alice Bob Carol Dave Emma Frank Irene Jack Karen Leo
+    Nina Oscar Paula Quentin Rita Sam Tina Ursula Victor Wendy Xavier Yvonne Zack Amber Boris Clara
+    Dmitri Elena Felix Gloria Hugo Ingrid Jasper Kira Lars Maya Nadia Otto Priya Rosa Sven Tomas Uma
+    Vera Walter Yusuf Zara Aaron Bianca Caleb Delia Ethan Fiona Gavin Hana Ivan Jonas Keiko Liam Mila
+    Noah Olga Pedro Ravi Sofia Theo Ulla Vince Willa Yara Zoe Abel Beth Cyrus Dora Emil Flora Gus Hilda
+    Igor Kofi Lena Marco Nora Omar Pia Selma Tariq Vivian Wade Anya Bruno Cleo Dario Esme
+    """.split()  # noqa: SIM905 (a word list reads better as text)
 )
-OBJECTS: tuple[str, ...] = ("football", "apple", "milk", "umbrella", "notebook", "kettle")
+PLACES: tuple[str, ...] = tuple(
+    """
+    bathroom hallway garden office bedroom kitchen cellar balcony attic library pantry garage study porch
+    laundry nursery workshop greenhouse conservatory ballroom lounge parlour chapel courtyard stable barn
+    orchard meadow beach harbour market bakery museum station school park cinema theatre hospital farm
+    forest lake bridge tower castle cave mill pier terrace patio shed basement gym studio gallery
+    playroom cloakroom scullery larder veranda
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+OBJECTS: tuple[str, ...] = tuple(
+    """
+    football apple milk umbrella notebook kettle lantern violin hammer backpack scarf camera compass
+    teapot candle basket guitar map ladder blanket bucket telescope envelope wallet pillow trumpet kite
+    skateboard helmet radio shovel clock mirror vase book key bottle banana sandwich parcel
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
 MOVE_VERBS: tuple[str, ...] = ("moved", "went", "journeyed", "travelled")
 TAKE_VERBS: tuple[str, ...] = ("picked up", "got", "grabbed", "took")
 DROP_VERBS: tuple[str, ...] = ("dropped", "discarded", "put down", "left")
