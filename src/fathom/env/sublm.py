@@ -63,32 +63,75 @@ class ScriptedSubLM:
 
 
 class RequestBatcher(Generic[T, R]):
-    """Coalesces concurrent single requests into batches for a batch function.
+    """Coalesces requests from many concurrent callers into batches for a batch function.
 
-    Callers ``await submit(items)``; while a batch runs, new items queue up and go out together in the
-    next call (up to `max_batch`). So N episodes that call `llm()` at about the same time cost one
-    forward pass of the model per decode step, not N.
+    Callers ``await submit(items)``. A batch goes out when every caller the owner expects has submitted
+    (`expect` / `done` count callers that may still submit, e.g. episodes running a cell), or after
+    `max_wait_s` at most, so a caller stuck in a long cell never stalls the others for long. While a batch
+    runs, new items queue for the next one. So N episodes that call `llm()` in the same turn cost one batched
+    generation, not N.
     """
 
-    def __init__(self, run_batch: Callable[[list[T]], Awaitable[list[R]]], max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        run_batch: Callable[[list[T]], Awaitable[list[R]]],
+        max_batch: int = 256,
+        max_wait_s: float = 0.05,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
-        self.run_batch = run_batch
-        self.max_batch = max_batch
+        self.run_batch, self.max_batch, self.max_wait_s = run_batch, max_batch, max_wait_s
         self.batches_run = 0
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
+        self._callers_waiting = 0
+        self._expected = 0  # callers that may still submit before the next batch should go
+        self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+
+    def expect(self, callers: int) -> None:
+        """`callers` more may submit soon (e.g. episodes starting a step)."""
+        self._expected += callers
+
+    def done(self) -> None:
+        """One expected caller will not submit any more (its step ended)."""
+        self._expected = max(0, self._expected - 1)
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _everyone_in(self) -> bool:
+        return self._expected == 0 or self._callers_waiting >= self._expected
 
     async def submit(self, items: Sequence[T]) -> list[R]:
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in items]
         self._pending.extend(zip(items, futures, strict=True))
+        self._callers_waiting += 1
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._drain())
-        return list(await asyncio.gather(*futures))
+        self._poke()
+        try:
+            return list(await asyncio.gather(*futures))
+        finally:
+            self._callers_waiting -= 1
+
+    async def _gather_callers(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        await asyncio.sleep(0)  # let every caller that is ready this tick enqueue first
+        while not self._everyone_in() and (left := deadline - loop.time()) > 0:
+            self._wakeup = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), left)
+            except TimeoutError:
+                break
+            finally:
+                self._wakeup = None
 
     async def _drain(self) -> None:
-        await asyncio.sleep(0)  # let every episode that is ready this tick enqueue first
+        await self._gather_callers()
         while self._pending:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             self.batches_run += 1

@@ -81,6 +81,12 @@ class EngineSubLM:
     def batches_run(self) -> int:
         return self._batcher.batches_run
 
+    def expect(self, callers: int) -> None:
+        self._batcher.expect(callers)
+
+    def done(self) -> None:
+        self._batcher.done()
+
     async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
         return await self._batcher.submit(requests)
 
@@ -107,8 +113,12 @@ class RolloutEngine:
         chat: ChatFormat,
         env_factory: Callable[[], RLMEnvironment],
         config: RolloutConfig | None = None,
+        sub_lm: EngineSubLM | None = None,
     ) -> None:
-        self.backend, self.chat, self.env_factory = backend, chat, env_factory
+        """`sub_lm`: the batched sub-LM the environments' `llm()` reaches, if it is this engine's
+        (`EngineSubLM`); the engine tells it which episodes may still call, so each turn's sub-calls from all
+        episodes go out as one batch."""
+        self.backend, self.chat, self.env_factory, self.sub_lm = backend, chat, env_factory, sub_lm
         self.config = config or RolloutConfig()
         self.generate_calls = 0
 
@@ -176,11 +186,10 @@ class RolloutEngine:
             rollouts[i].turns += 1
             texts[i] = self.chat.turn_text(gen.ids)
         started = time.perf_counter()
+        if self.sub_lm is not None:
+            self.sub_lm.expect(len(active))
         results = await asyncio.gather(
-            *(
-                envs[i].step_async(RLMAction(text=texts[i], num_tokens=len(g.ids)))
-                for i, g in zip(active, gens, strict=True)
-            ),
+            *(self._step(envs[i], texts[i], len(g.ids)) for i, g in zip(active, gens, strict=True)),
             return_exceptions=True,
         )
         env_s = time.perf_counter() - started
@@ -198,7 +207,8 @@ class RolloutEngine:
                     "finished": gen.finished,
                     "generate_s": gen_s,
                     "env_s": env_s,
-                    **obs.model_dump(include={"text", "cells", "subcalls", "answer", "end_reason"}),
+                    "observation": obs.text,
+                    **obs.model_dump(include={"cells", "subcalls", "answer", "end_reason"}),
                 }
             )
             if obs.done:
@@ -211,6 +221,13 @@ class RolloutEngine:
             rollout.append(suffix, model=False)
             still.append(i)
         return still
+
+    async def _step(self, env: RLMEnvironment, text: str, num_tokens: int) -> RLMObservation:
+        try:
+            return await env.step_async(RLMAction(text=text, num_tokens=num_tokens))
+        finally:  # this episode will make no more llm() calls this turn: the batch need not wait for it
+            if self.sub_lm is not None:
+                self.sub_lm.done()
 
     @staticmethod
     def _record_end(rollout: Rollout, obs: RLMObservation) -> None:
