@@ -44,7 +44,12 @@ def test_220_live_episodes_at_once() -> None:
     async def episode(
         pool: SandboxPool, i: int, gate: asyncio.Event, started: list
     ) -> tuple[str, str, list[int]]:
-        sb = await pool.start(None, Recorder(), ctx_text=f"document {i}")
+        if (
+            i % 2
+        ):  # half from the pool, half standalone (each with its own launcher, uid block and cgroup root)
+            sb = await pool.start(None, Recorder(), ctx_text=f"document {i}")
+        else:
+            sb = await Sandbox.start(None, config(), Recorder(), ctx_text=f"document {i}")
         started.append(sb)
         await sb.execute(f"mine = {i}")
         if len(started) == n:
@@ -58,6 +63,7 @@ def test_220_live_episodes_at_once() -> None:
         async with SandboxPool(config(), size=16, handle_signals=False) as pool:
             results = await asyncio.gather(*(episode(pool, i, gate, started) for i in range(n)))
             alive = sum(all(pid_alive(p) for p in s.processes) for s in started)
+            await asyncio.gather(*(s.close() for s in started))
         return results, alive
 
     results, alive = asyncio.run(go())

@@ -12,7 +12,7 @@ from fathom.sandbox import IsolationError, IsolationReport
 from fathom.sandbox.host import clean_text
 from fathom.sandbox.lockdown import DENIED_X86_64, seccomp_program
 from fathom.sandbox.protocol import ProtocolError, decode, encode
-from fathom.sandbox.uids import UID_BLOCK, UidSlots
+from fathom.sandbox.uids import UID_BLOCK, UID_BLOCKS, UidSlots
 
 ALLOW, KILL, EPERM, ENOSYS = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
 X86_64 = 0xC000003E
@@ -103,7 +103,7 @@ def test_uid_slots_never_share_a_block_between_holders(tmp_path) -> None:
     ua = {a.claim() for _ in range(UID_BLOCK + 1)}  # spills into a second block
     ub = {b.claim() for _ in range(10)}
     assert len(ua) == UID_BLOCK + 1 and not ua & ub
-    assert all(1000 <= u < 1000 + 256 * UID_BLOCK for u in ua | ub)
+    assert all(1000 <= u < 1000 + UID_BLOCKS * UID_BLOCK for u in ua | ub)
     uid = min(ub)
     b.release(uid)
     assert b.claim() == uid

@@ -13,7 +13,7 @@ import os
 
 from fathom.sandbox.config import IsolationError
 
-UID_BLOCK, UID_BLOCKS = 256, 256
+UID_BLOCK, UID_BLOCKS = 16, 4096  # small blocks: every standalone Sandbox claims its own
 
 
 class UidSlots:
