@@ -101,6 +101,8 @@ def answer_json(namespace: dict, cap: int) -> str | None:
     if type(answer) is not dict or not answer.get("ready"):
         return None
     content = answer.get("content")
+    if isinstance(content, str):  # FINAL(ctx) must not encode a whole document just to cut it
+        return json.dumps(content[:cap])
     try:
         text = json.dumps(content, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
