@@ -263,15 +263,34 @@ class Launcher:
             worker.channel.close()
             worker.ctl.close()
             raise
+        worker.pids = _tree(worker.popen.pid)
+        cgroup_error = self.cgroup_reason
+        if self.cgroups is not None:
+            try:  # in a thread: each cgroup.procs write waits for an RCU grace period (milliseconds)
+                worker.cgroup = await asyncio.to_thread(self._cgroup, worker)
+            except OSError as e:
+                cgroup_error = f"cgroup setup failed: {e}"
         try:
-            worker.report = self._report(worker, ready)
+            worker.report = self._report(worker, ready, cgroup_error)
         except IsolationError:
             await self.kill(worker)
             raise
         return worker
 
-    def _report(self, worker: Worker, ready: dict) -> IsolationReport:
-        worker.pids = _tree(worker.popen.pid)
+    def _cgroup(self, worker: Worker) -> Cgroup:
+        """A leaf with this worker's limits, holding the interpreter only: bwrap's two helpers are trusted and
+        allocate nothing, and with pids.max = 1 the interpreter cannot fork even without seccomp."""
+        assert self.cgroups is not None
+        leaf = self.cgroups.leaf(f"w{worker.uid if worker.uid is not None else worker.seq}")
+        try:
+            leaf.limit(self.memory_limit(0), 1, self.config.cpu_cores)
+            leaf.attach(worker.pids[-1:])
+        except OSError:
+            leaf.remove()
+            raise
+        return leaf
+
+    def _report(self, worker: Worker, ready: dict, cgroup_error: str) -> IsolationReport:
         applied = [x for x in ready.get("layers", []) if isinstance(x, str)]
         missing = {str(k): str(v) for k, v in dict(ready.get("missing", {})).items()}
         for layer in IN_WORKER_LAYERS:
@@ -291,17 +310,11 @@ class Launcher:
             host.append("uid")
         else:
             missing["uid"] = self.uid_reason
-        if self.cgroups is not None:
-            try:
-                worker.cgroup = self.cgroups.leaf(f"w{worker.uid if worker.uid is not None else worker.seq}")
-                worker.cgroup.limit(self.memory_limit(0), len(worker.pids), self.config.cpu_cores)
-                worker.cgroup.attach(worker.pids)
-                host.append("cgroup")
-                info["cgroup"] = f"v{worker.cgroup.version}"
-            except OSError as e:
-                missing["cgroup"] = f"cgroup setup failed: {e}"
+        if worker.cgroup is not None:
+            host.append("cgroup")
+            info["cgroup"] = f"v{worker.cgroup.version}"
         else:
-            missing["cgroup"] = self.cgroup_reason
+            missing["cgroup"] = cgroup_error
         report = IsolationReport(self.mode, tuple(host + applied), missing, info)
         unmet = report.unmet(self.config.min_isolation)
         if self.mode == "unsafe-dev":

@@ -82,7 +82,13 @@ class SandboxPool:
             raise RuntimeError("the pool is not open")
         sandbox = Sandbox(self._launcher, self._take, llm, open_ctx(ctx_path, ctx_text), self._forget)
         self._live.add(sandbox)
-        await sandbox._begin(None)
+        try:
+            worker = await self._take(refill=False)
+        except BaseException:
+            await sandbox.close()
+            raise
+        await sandbox._begin(worker)
+        self._refill()  # only now: a spawn runs Popen on this loop and would delay this episode's load
         return sandbox
 
     async def wait_ready(self) -> None:
@@ -90,12 +96,14 @@ class SandboxPool:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _take(self) -> Worker:
+    async def _take(self, refill: bool = True) -> Worker:
+        """A pre-started worker (or a fresh one when none is idle); also the restart path of pooled sandboxes."""
         assert self._launcher is not None
         while self._ready:
             worker = self._ready.popleft()
             if worker.popen.poll() is None and worker.channel.alive:
-                self._refill()
+                if refill:
+                    self._refill()
                 return worker
             await self._launcher.kill(worker)
         self._refill()
