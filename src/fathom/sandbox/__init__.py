@@ -6,7 +6,11 @@
         await sandbox.close()
 
 Layers (recorded per worker in ``Sandbox.layers``): bubblewrap namespaces, a dedicated uid, rlimits,
-no_new_privs, Landlock, seccomp, cgroups. Design, threat model and measurements: shared/design/sandbox.md.
+no_new_privs, Landlock, seccomp, cgroups. ``SandboxConfig.isolation`` picks the mode: "auto" (bwrap when it
+works here, else "plain"), "bwrap", "plain" (every in-worker layer, no namespaces), or "unsafe-dev" (rlimits
+only, for machines without these kernel features: model code runs as you, with a loud warning; never train
+with it). Below ``min_isolation`` a sandbox refuses to start. ``python -m fathom.sandbox`` prints what holds.
+Design, threat model and measurements: shared/design/sandbox.md; figures in bench/RESULTS.md.
 """
 
 from fathom.sandbox.config import (

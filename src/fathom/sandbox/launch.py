@@ -42,7 +42,8 @@ IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
 
 
 def raise_open_file_limit(wanted: int = 65536) -> None:
-    """Each live episode holds ~3 fds on the host; the usual soft limit of 1024 is too low for hundreds."""
+    """Each live episode holds 3-4 fds on the host (two pipes, the document, a uid lock for standalone
+    sandboxes); the usual soft limit of 1024 is too low for hundreds of episodes. Only ever raises it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
