@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -232,11 +233,13 @@ def brief(r: CellResult) -> str:
 
 
 @pytest.fixture(scope="module", params=MODES)
-def mode_run(request: pytest.FixtureRequest) -> ModeRun:
+def mode_run(request: pytest.FixtureRequest) -> Iterator[ModeRun]:
     reason = mode_supported(request.param)
     if reason is not None:
         pytest.skip(f"{request.param} not supported here: {reason}")
-    return asyncio.run(run_mode(request.param))
+    result = asyncio.run(run_mode(request.param))
+    yield result
+    shutil.rmtree(result.canary_dir, ignore_errors=True)
 
 
 def test_suite_is_large_enough() -> None:
