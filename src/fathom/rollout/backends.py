@@ -29,6 +29,7 @@ class Sampling:
     top_k: int = 0
     logprobs: bool = False
     stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ class HFBackend:
                     f"prompt ({width}) + max_new_tokens ({sampling.max_new_tokens}) exceeds the static cache "
                     f"({self.max_cache_len})"
                 )
-            extra = {"cache_implementation": "static", "cache_config": {"max_cache_len": self.max_cache_len}}
+            extra = {"cache_implementation": "static"}
+            if self._knows_max_cache_len():
+                extra["max_cache_len"] = self.max_cache_len  # one cache size for every call: no recompiles
         device = next(self.model.parameters()).device
         input_ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((rows, width), dtype=torch.long)
@@ -106,6 +109,8 @@ class HFBackend:
             )
         if sampling.stop_strings:
             kwargs.update(stop_strings=list(sampling.stop_strings), tokenizer=self.tokenizer)
+        if sampling.ignore_eos:
+            kwargs["min_new_tokens"] = sampling.max_new_tokens
         was_training = self.model.training
         self.model.eval()
         try:
@@ -126,6 +131,14 @@ class HFBackend:
             cut, finished = self._cut(ids, sampling)
             results.append(Generation(cut, finished, logprob_rows[r][: len(cut)] if logprob_rows else None))
         return results
+
+    @staticmethod
+    def _knows_max_cache_len() -> bool:
+        # transformers >= 5.2x sizes the static cache from generation_config.max_cache_len; older ones keep
+        # the largest size seen so far, so warm up with the longest prompt first (see bench/rollout.py).
+        from transformers import GenerationConfig
+
+        return hasattr(GenerationConfig(), "max_cache_len")
 
     def _cut(self, ids: list[int], sampling: Sampling) -> tuple[list[int], bool]:
         """Keep ids up to and including the first eos; for stop strings, up to where the text stops."""
