@@ -5,9 +5,10 @@ episode at a time, plain `generate`), both with the tiny model on real tasks and
 
     .venv/bin/python bench/rollout.py --episodes 16
 
-GPU: plain HF `generate` vs our fastest HF path (`HFBackend(mode="static")`: static KV cache, compiled
-decode, batch and length buckets) on real RLM prompts, at batch 64 and 256, with the memory-bandwidth
-floor of one decode step (weights + the KV cache read once, over the copy bandwidth measured in this run):
+GPU: plain HF `generate` vs transformers' static-cache path (`HFBackend(mode="static")`) vs ours
+(`HFBackend(mode="graph")`: static KV cache with the whole decode step captured as one CUDA graph per batch
+bucket) on real RLM prompts, at batch 64 and 256, with the memory-bandwidth floor of one decode step
+(weights + the KV cache read once, over the copy bandwidth measured in this run):
 
     python bench/rollout.py --gpu --model /root/smol --batches 64 256 --new-tokens 256
 
@@ -98,13 +99,14 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int) -> None:
           f"prompt {prompt_len} tokens, {new_tokens} new tokens; copy bandwidth {bandwidth / 1e12:.2f} TB/s")  # fmt: skip
     plain = HFBackend(model, tok, mode="plain")
     static = HFBackend(model, tok, mode="static", max_cache_len=1024)
+    graph = HFBackend(model, tok, mode="graph", max_cache_len=1024, graph_max_new=new_tokens)
     print(f"{'batch':>5} {'path':>7} {'tok/s':>10} {'ms/step':>8} {'floor ms':>8} {'x plain':>8} {'run s':>14}")
     for batch in batches:
         # floor: read the weights and, on average, half the final KV cache once per step
         kv_bytes = batch * (prompt_len + new_tokens / 2) * kv_per_token
         floor_ms = (params * 2 + kv_bytes) / (bandwidth / 2) * 1000  # copy bw counts read+write
         results = {}
-        for name, backend in (("plain", plain), ("static", static)):
+        for name, backend in (("plain", plain), ("static", static), ("graph", graph)):
             warm = time.perf_counter()
             backend.generate(prompts[:batch], sampling)  # warm-up (compiles the static shape)
             torch.cuda.synchronize()
@@ -121,6 +123,7 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int) -> None:
             ratio = results[name] / results["plain"]
             print(f"{batch:5d} {name:>7} {tokens / best:10.0f} {best / new_tokens * 1000:8.2f} {floor_ms:8.3f} "
                   f"{ratio:8.1f} {runs[0]:6.2f},{runs[1]:5.2f}  (warm-up {warm_s:.1f} s)")  # fmt: skip
+    print(f"graph captures: {graph._decoder.captures} (one per batch size; none during the timed runs)")
 
 
 def main() -> None:

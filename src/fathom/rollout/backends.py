@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MODES = ("plain", "static", "graph")
 LENGTH_BUCKET = 256
 
 
@@ -53,10 +54,21 @@ def bucket(n: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
 class HFBackend:
     """transformers generation, plain or with a static (compilable) cache."""
 
-    def __init__(self, model: Any, tokenizer: Any, mode: str = "plain", max_cache_len: int = 8192) -> None:
-        if mode not in ("plain", "static"):
-            raise ValueError(f"mode must be 'plain' or 'static', got {mode!r}")
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        mode: str = "plain",
+        max_cache_len: int = 8192,
+        graph_max_new: int = 512,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model, self.tokenizer, self.mode, self.max_cache_len = model, tokenizer, mode, max_cache_len
+        # "graph": one decoder (and one CUDA graph per batch bucket) for a fixed number of new tokens; shorter
+        # requests are cut afterwards, so a turn's varying budget never triggers a new capture.
+        self.graph_max_new = graph_max_new
+        self._decoder: Any = None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_id = tokenizer.eos_token_id
         self.calls = 0
@@ -69,8 +81,46 @@ class HFBackend:
             self.calls += 1
             return self._generate(prompts, sampling)
 
+    def _generate_graph(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
+        import torch
+
+        from fathom.rollout.graph_decode import GraphDecoder
+
+        if sampling.top_p < 1.0 or sampling.top_k:
+            raise ValueError("mode='graph' samples from the full distribution: use top_p=1.0, top_k=0")
+        if sampling.max_new_tokens > self.graph_max_new:
+            raise ValueError(f"max_new_tokens {sampling.max_new_tokens} > graph_max_new {self.graph_max_new}")
+        if self._decoder is None:
+            self._decoder = GraphDecoder(self.model, self.max_cache_len, self.graph_max_new)
+        rows, width = bucket(len(prompts)), max(len(p) for p in prompts)
+        input_ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((rows, width), dtype=torch.long)
+        for r in range(rows):
+            ids = prompts[r] if r < len(prompts) else prompts[0]  # dummy rows repeat a real prompt
+            input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[r, width - len(ids) :] = 1
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out, logprobs = self._decoder.decode(input_ids, attention, sampling.temperature)
+        finally:
+            self.model.train(was_training)
+        results = []
+        for r in range(len(prompts)):
+            ids = out[r, : sampling.max_new_tokens].tolist()
+            if sampling.ignore_eos:
+                cut, finished = ids, False
+            else:
+                cut, finished = self._cut(ids, sampling)
+            lps = logprobs[r, : len(cut)].tolist() if sampling.logprobs else None
+            results.append(Generation(cut, finished, lps))
+        return results
+
     def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         import torch
+
+        if self.mode == "graph":
+            return self._generate_graph(prompts, sampling)
 
         rows = len(prompts)
         width = max(len(p) for p in prompts)
