@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "data": "fathom.tasks.cli",
     "serve": "fathom.server.cli",
+    "eval": "fathom.eval.cli",
     "quickstart": "fathom.quickstart",
 }
 

@@ -1,0 +1,128 @@
+"""`fathom eval`: run a policy on a task file and write eval.jsonl + summary.json (resumable).
+
+    fathom eval --policy expert --tasks data/heldout.jsonl --out runs/x/eval/expert
+    fathom eval --policy direct --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/direct
+    fathom eval --policy rlm --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/rlm-base
+    fathom eval --policy rlm --model runs/x/checkpoints/final --label trained --context-tokens 2048 \\
+                --tasks data/heldout.jsonl --out runs/x/eval/rlm-trained
+
+Rerunning the same command after an interruption continues where it stopped. This module parses
+arguments, builds the policy and prints the summary table; the loop is `fathom.eval.runner`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+POLICIES = ("expert", "direct", "rlm")
+
+
+def build_policy(args: argparse.Namespace) -> Any:
+    """The policy the arguments ask for (imports torch and transformers)."""
+    from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy
+    from fathom.rollout import Sampling
+
+    if args.policy == "expert":
+        return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
+    model = args.model or "tiny-smol"
+    default_new = 128 if args.policy == "direct" else 256
+    sampling = Sampling(max_new_tokens=args.max_new_tokens or default_new, temperature=args.temperature)
+    common = {
+        "context_tokens": args.context_tokens,
+        "sampling": sampling,
+        "dtype": args.dtype,
+        "device": args.device,
+        "label": args.label,
+    }
+    if args.policy == "direct":
+        return DirectPolicy(model, **common)
+    return RLMPolicy(model, max_turns=args.max_turns or 6, **common)
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """Accuracy with its 95% Wilson interval, reward, tokens, cost, sub-calls and turns per group."""
+    context = summary.get("context_tokens")
+    title = f"{summary.get('label')} on {summary.get('n_rows')} tasks" + (
+        f", context {context:,} tokens" if context else ""
+    )
+    table = Table(title=title)
+    for col in ("group", "n", "acc", "95% CI", "reward", "tokens", "cost", "llm()", "turns"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    names = list(summary["groups"])
+    kinds = [n.split("/")[0] for n in names]
+    for i, name in enumerate(names):
+        s = summary["groups"][name]
+        table.add_row(
+            name.split("/", 1)[-1],
+            str(s["n"]),
+            f"{s['accuracy']:.0%}",
+            f"{s['ci_low']:.0%}-{s['ci_high']:.0%}",
+            f"{s.get('reward', 0):.2f}",
+            f"{s.get('tokens', 0):,.0f}",
+            f"{s.get('cost_tokens', 0):,.0f}",
+            f"{s.get('llm_calls', 0):.1f}",
+            f"{s.get('turns', 0):.1f}",
+            end_section=i + 1 < len(names) and kinds[i + 1] != kinds[i],
+        )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from fathom.eval.runner import run_eval
+    from fathom.tasks import load_tasks
+
+    tasks = load_tasks(args.tasks)
+    if args.limit is not None:
+        tasks = tasks[: args.limit]
+    console = Console()
+    policy = build_policy(args)
+    console.print(
+        f"[bold]fathom eval[/] {policy.label} on {len(tasks)} tasks from {args.tasks} -> {args.out}"
+    )
+    summary = run_eval(
+        policy,
+        tasks,
+        args.out,
+        batch_size=args.batch_size,
+        task_file=str(args.tasks),
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    if summary["groups"]:
+        console.print(summary_table(summary))
+    console.print(f"results: {Path(args.out) / 'eval.jsonl'}, {Path(args.out) / 'summary.json'}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a policy on a task file (resumable)")
+    p.add_argument("--policy", choices=POLICIES, required=True)
+    p.add_argument("--tasks", type=Path, required=True, help="task file (JSONL, the fathom task schema)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (eval.jsonl, summary.json)")
+    p.add_argument(
+        "--model",
+        help="offline name (tiny-smol, tiny-qwen, smollm2-135m), hub id, model or LoRA adapter directory "
+        "(default tiny-smol; for expert, only its tokenizer is used)",
+    )
+    p.add_argument("--label", help="name in tables and plots (default policy:model)")
+    p.add_argument(
+        "--context-tokens",
+        type=int,
+        help="context window assumed for the model (default: 2048 for tiny-*, 8192 for smollm2-135m, "
+        "else the checkpoint's max_position_embeddings)",
+    )
+    p.add_argument("--max-new-tokens", type=int, help="per reply (default 128 direct, 256 per rlm turn)")
+    p.add_argument("--max-turns", type=int, help="rlm/expert turn cap (default 6 rlm, 12 expert)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--batch-size", type=int, default=8, help="tasks per batch, and per resume step")
+    p.add_argument("--limit", type=int, help="only the first N tasks of the file")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)

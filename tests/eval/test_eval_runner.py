@@ -1,0 +1,160 @@
+"""`fathom eval` end to end: the expert through the CLI, a hand-written task file, resume after a kill,
+the rlm policy within its context window, and refusing to mix results of different policies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fathom.cli import main
+from fathom.eval import EvalConfigMismatch, read_rows, run_eval
+from fathom.eval.policies import ExpertPolicy
+from fathom.tasks import load_tasks
+
+ROW_KEYS = {
+    "id", "family", "length_tokens", "difficulty", "answer", "gold", "correct", "score", "reward",
+    "breakdown", "turns", "tokens", "llm_calls", "cost_tokens", "context_used", "end_reason", "wall_s", "policy",
+}  # fmt: skip
+
+
+def test_expert_through_the_cli_is_accurate(heldout_file, tmp_path):
+    out = tmp_path / "expert"
+    status = main(
+        ["eval", "--policy", "expert", "--tasks", str(heldout_file), "--out", str(out), "--no-progress",
+         "--batch-size", "16"]
+    )  # fmt: skip
+    assert status == 0
+    rows = read_rows(out / "eval.jsonl")
+    assert len(rows) == 21 and set(rows[0]) >= ROW_KEYS
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["groups"]["all"]["accuracy"] >= 0.95 and summary["n_rows"] == 21
+    assert set(summary["groups"]) >= {"family/oolong", "length/8K", "length/32K", "length/128K"}
+    assert summary["groups"]["length/128K"]["n"] == 7
+    oolong = [r for r in rows if r["family"] == "oolong"]
+    assert all(r["llm_calls"] > 0 and r["cost_tokens"] > r["tokens"] for r in oolong)  # reading costs
+
+
+def write_hand_made(folder: Path) -> Path:
+    """A task file written by hand (not by `write_tasks`): inline and file documents, three metrics."""
+    needle = "One of the special magic numbers for {} is: {}."
+    filler = "The quick brown fox jumps over the lazy dog. " * 40
+    doc = f"{filler}\n{needle.format('brave-otter', '1234567')}\n{filler}\n{needle.format('calm-heron', '7654321')}\n"
+    (folder / "docs").mkdir()
+    (folder / "docs" / "far.txt").write_text(filler * 20 + needle.format("quiet-lynx", "5550123") + "\n")
+    base = {"metric": "exact", "difficulty": "easy", "seed": 0, "family": "niah"}
+    question = "What is the special magic number for {} mentioned in the provided text? Answer with the 7-digit number only."
+    lines = [
+        {**base, "id": "hand-1", "question": question.format("brave-otter"), "answer": "1234567",
+         "length_tokens": 1000, "length_chars": len(doc), "document": doc},
+        {**base, "id": "hand-2", "question": question.format("calm-heron"), "answer": 7654321,
+         "length_tokens": 1000, "length_chars": len(doc), "document": doc, "meta": {"by": "hand"}},
+        {**base, "id": "hand-3", "question": question.format("quiet-lynx"), "answer": "5550123",
+         "length_tokens": 20000, "length_chars": 0, "document_path": "docs/far.txt"},
+    ]  # fmt: skip
+    path = folder / "hand.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    return path
+
+
+def test_hand_written_task_file(tmp_path):
+    path = write_hand_made(tmp_path)
+    out = tmp_path / "expert"
+    assert main(["eval", "--policy", "expert", "--tasks", str(path), "--out", str(out), "--no-progress"]) == 0
+    rows = read_rows(out / "eval.jsonl")
+    assert [r["id"] for r in rows] == ["hand-1", "hand-2", "hand-3"]
+    assert [r["answer"] for r in rows] == ["1234567", "7654321", "5550123"]
+    assert all(r["correct"] and r["end_reason"] == "answered" for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["groups"]) == ["all", "family/niah", "length/1K", "length/32K"]
+
+    # the same file through the direct baseline with the tiny model: rows for every task, scored
+    out = tmp_path / "direct"
+    status = main(
+        ["eval", "--policy", "direct", "--model", "tiny-smol", "--tasks", str(path), "--out", str(out),
+         "--no-progress", "--max-new-tokens", "4", "--device", "cpu"]
+    )  # fmt: skip
+    assert status == 0
+    rows = read_rows(out / "eval.jsonl")
+    assert [r["id"] for r in rows] == ["hand-1", "hand-2", "hand-3"]
+    assert [r["truncated"] for r in rows] == [False, False, True]  # 2K context: only hand-3 is cut
+    assert all(r["context_used"] <= 2048 for r in rows)
+
+
+def test_expert_refuses_families_it_has_no_script_for(tmp_path):
+    path = write_hand_made(tmp_path)
+    lines = path.read_text().replace('"family": "niah"', '"family": "custom"')
+    path.write_text(lines)
+    with pytest.raises(ValueError, match="custom"):
+        run_eval(ExpertPolicy(), load_tasks(path), tmp_path / "out", progress=False)
+
+
+def test_resume_after_killed_subprocess(heldout_file, tmp_path):
+    tasks = load_tasks(heldout_file)
+    big = tmp_path / "tasks.jsonl"
+    # 42 episodes (each task twice under new ids), one per batch: long enough to kill mid-run.
+    (tmp_path / "docs").symlink_to(heldout_file.parent / "docs")  # same relative document paths
+    big.write_text(
+        "".join(json.dumps({**t.to_dict(), "id": f"{t.id}-r{k}"}) + "\n" for k in range(2) for t in tasks)
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "fathom", "eval", "--policy", "expert", "--tasks", str(big),
+               "--out", str(out), "--batch-size", "1", "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    eval_file = out / "eval.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if eval_file.exists() and eval_file.read_bytes().count(b"\n") >= 5:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the eval finished (or died) before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = eval_file.read_bytes()
+    done = before.count(b"\n")
+    assert 5 <= done < 42
+    with eval_file.open("ab") as f:  # as if the kill had landed in the middle of a line
+        f.write(b'{"id": "half a li')
+
+    assert main([*command[3:-3], "--batch-size", "16", "--no-progress"]) == 0  # batch size may change
+    after = eval_file.read_bytes()
+    assert after.startswith(before[: before.rfind(b"\n") + 1])  # nothing written before the kill is lost
+    ids = [r["id"] for r in read_rows(eval_file)]
+    assert len(ids) == len(set(ids)) == 42
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from"] == done and summary["n_rows"] == 42
+    assert summary["groups"]["all"]["accuracy"] >= 0.95
+
+
+def test_results_of_another_policy_are_not_mixed_in(heldout_file, tmp_path):
+    tasks = load_tasks(heldout_file)[:2]
+    run_eval(ExpertPolicy(), tasks, tmp_path, progress=False)
+    config = json.loads((tmp_path / "eval_config.json").read_text())
+    (tmp_path / "eval_config.json").write_text(json.dumps({**config, "policy": "direct", "model": "x"}))
+    with pytest.raises(EvalConfigMismatch, match="policy=direct"):
+        run_eval(ExpertPolicy(), tasks, tmp_path, progress=False)
+    summary = run_eval(ExpertPolicy(), tasks, tmp_path, progress=False, overwrite=True)
+    assert summary["resumed_from"] == 0 and summary["n_rows"] == 2
+
+
+def test_rlm_policy_stays_inside_its_context(heldout_file, tmp_path):
+    from fathom.eval.policies import RLMPolicy
+    from fathom.rollout import Sampling
+
+    policy = RLMPolicy(
+        "tiny-smol", context_tokens=1024, sampling=Sampling(max_new_tokens=48, temperature=0.0), max_turns=3,
+        device="cpu",
+    )  # fmt: skip
+    summary = run_eval(policy, load_tasks(heldout_file)[::10], tmp_path, progress=False)
+    rows = read_rows(tmp_path / "eval.jsonl")
+    assert len(rows) == summary["n_rows"] == 3 and set(rows[0]) >= ROW_KEYS
+    for r in rows:
+        assert r["context_used"] <= 1024 and 1 <= r["turns"] <= 3
+        assert r["cost_tokens"] >= r["context_used"] and r["policy"] == "rlm:tiny-smol"
+    assert summary["context_tokens"] == 1024 and summary["policy"] == "rlm"
