@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "data": "fathom.tasks.cli",
     "serve": "fathom.server.cli",
     "eval": "fathom.eval.cli",
+    "report": "fathom.report.cli",
     "quickstart": "fathom.quickstart",
 }
 
