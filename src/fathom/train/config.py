@@ -1,0 +1,476 @@
+"""Training configuration: every knob of `fathom sft`, `fathom grpo` and `fathom smoke`, in one place.
+
+A recipe is one TOML file under ``configs/`` with one table per section below (``[model]``, ``[grpo]``,
+``[[curriculum.tiers]]``, ...). `load_config(path, overrides)` reads it, applies command-line overrides
+(``--section.key=value``; the value is parsed as a TOML value, else kept as a string) and builds frozen
+dataclasses, checking every key and type: an unknown section or key, or a value of the wrong type, raises
+`ConfigError` naming the valid ones. `dump_toml` writes the resolved config back (saved in every run dir and
+checkpoint) so a run can be repeated with ``--config RUN/config.toml``.
+
+Cross-field rules that need the world size (whole GRPO groups per rank) are checked when the trainer is
+built (`fathom.train.grpo`). This module holds no training logic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.reward.config import RewardConfig
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message says which key and what is allowed."""
+
+
+def _one_of(section: str, name: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{section}.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+def _positive(section: str, obj: Any, *names: str, allow_zero: bool = False) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{section}.{name} must be {'>= 0' if allow_zero else '> 0'}; got {value}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_dir: str = ""  # everything a run makes goes here; empty: runs/<command>
+    seed: int = 0
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    resume: str = "auto"  # auto: the newest checkpoint in run_dir, if any | never | a checkpoint path
+
+    def __post_init__(self) -> None:
+        _one_of("run", "device", self.device, ("auto", "cpu", "cuda"))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny-smol"  # offline name, local path or hub id (fathom.models.resolve_model_dir)
+    dtype: str = "float32"  # weights in memory; training autocasts to bf16 on GPUs (grpo.bf16)
+    chat: bool = True
+    init_from: str = ""  # an SFT result to start from: an adapter dir or a full model dir
+    lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    load_in_4bit: bool = False  # QLoRA; exported merged weights are always 16-bit (see checkpoint.export)
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        _one_of("model", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        if self.load_in_4bit and not self.lora:
+            raise ConfigError("model.load_in_4bit needs model.lora = true (4-bit weights cannot be trained)")
+        _positive("model", self, "lora_r", "lora_alpha")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train_tasks: str = ""  # a train.jsonl to draw tasks from (filtered by tier); empty: generate on the fly
+    eval_tasks: str = ""  # a fixed eval.jsonl; empty: generated from the eval tier and eval.seed
+
+
+@dataclass(frozen=True)
+class RolloutSection:
+    max_turns: int = 6
+    max_total_tokens: int = 4096  # completion side: model turns + environment replies
+    max_new_tokens: int = 512  # per model turn
+    temperature: float = 1.0
+    top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
+    top_k: int = 0
+    generation_mode: str = "plain"  # fathom.rollout.HFBackend mode: plain | static
+    max_cache_len: int = 8192  # static mode only
+    sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
+    sub_lm_url: str = ""  # openai only: http://host:port/v1
+    sub_lm_model: str = ""
+    sub_max_new_tokens: int = 128
+    sub_max_input_tokens: int = 2048
+    max_depth: int = 1
+    cell_soft_timeout_s: float = 10.0
+    cell_hard_timeout_s: float = 15.0
+    lockstep: str = "auto"  # every rank makes the same number of generate calls: auto (FSDP) | on | off
+
+    def __post_init__(self) -> None:
+        _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
+        _positive("rollout", self, "temperature", "top_k", allow_zero=True)
+        _one_of("rollout", "generation_mode", self.generation_mode, ("plain", "static"))
+        _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))
+        _one_of("rollout", "lockstep", self.lockstep, ("auto", "on", "off"))
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"rollout.top_p must be in (0, 1]; got {self.top_p}")
+        if self.sub_lm == "openai" and not (self.sub_lm_url and self.sub_lm_model):
+            raise ConfigError("rollout.sub_lm = 'openai' needs rollout.sub_lm_url and rollout.sub_lm_model")
+        if not 0 < self.cell_soft_timeout_s < self.cell_hard_timeout_s:
+            raise ConfigError("need 0 < rollout.cell_soft_timeout_s < rollout.cell_hard_timeout_s")
+
+
+@dataclass(frozen=True)
+class GRPOSection:
+    max_steps: int = 100
+    learning_rate: float = 1e-5
+    lr_scheduler: str = "constant_with_warmup"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    num_generations: int = 8  # rollouts per task (one GRPO group)
+    per_device_train_batch_size: int = 8  # rollouts per micro-batch on each device
+    gradient_accumulation_steps: int = 1
+    num_iterations: int = 1  # optimisation passes over each generation batch
+    loss_type: str = "dapo"
+    beta: float = 0.0  # KL weight; 0 loads no reference model
+    epsilon: float = 0.2
+    epsilon_high: float = 0.28
+    scale_rewards: str = "group"  # group | batch | none
+    mask_truncated_completions: bool = False
+    bf16: str = "auto"  # auto (on for CUDA with bf16 support) | true | false
+    optim: str = "adamw_torch"
+    use_vllm: bool = False
+    vllm_mode: str = "server"  # server | colocate (see configs/accelerate/README.md)
+    vllm_server_base_url: str = ""
+
+    def __post_init__(self) -> None:
+        _positive("grpo", self, "max_steps", "learning_rate", "per_device_train_batch_size")
+        _positive("grpo", self, "gradient_accumulation_steps", "num_iterations")
+        _positive("grpo", self, "warmup_steps", "weight_decay", "max_grad_norm", "beta", allow_zero=True)
+        if self.num_generations < 2:
+            raise ConfigError(
+                f"grpo.num_generations must be >= 2 (a group needs a baseline); got {self.num_generations}"
+            )
+        per_rank = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if per_rank % self.num_generations:
+            raise ConfigError(
+                f"grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps ({per_rank}) must be a "
+                f"multiple of grpo.num_generations ({self.num_generations}): each rank rolls out whole groups"
+            )
+        _one_of("grpo", "loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"))
+        _one_of("grpo", "scale_rewards", self.scale_rewards, ("group", "batch", "none"))
+        _one_of("grpo", "bf16", self.bf16, ("auto", "true", "false"))
+        _one_of("grpo", "vllm_mode", self.vllm_mode, ("server", "colocate"))
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    name: str
+    lengths: tuple[int, ...] = (8192,)
+    families: tuple[str, ...] = ()  # empty: every family
+    difficulties: tuple[str, ...] = ("easy",)
+
+    def __post_init__(self) -> None:
+        from fathom.tasks import DIFFICULTIES, FAMILIES
+
+        if not self.lengths or any(n <= 0 for n in self.lengths):
+            raise ConfigError(
+                f"tier {self.name!r}: lengths must be positive token counts; got {self.lengths}"
+            )
+        unknown = sorted(set(self.families) - set(FAMILIES))
+        if unknown:
+            raise ConfigError(f"tier {self.name!r}: unknown families {unknown}; known: {', '.join(FAMILIES)}")
+        bad = sorted(set(self.difficulties) - set(DIFFICULTIES))
+        if bad or not self.difficulties:
+            raise ConfigError(
+                f"tier {self.name!r}: difficulties must be from {DIFFICULTIES}; got {self.difficulties}"
+            )
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    tiers: tuple[TierConfig, ...] = (TierConfig("8k-easy"),)
+    start_tier: int = 0
+    metric: str = "reward"  # what the EMA tracks: reward (the environment's total) | accuracy
+    ema_alpha: float = 0.1  # ema <- (1 - alpha) * ema + alpha * step mean
+    advance_threshold: float = 0.6
+    min_dwell_steps: int = 20  # steps in a tier before it may advance
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise ConfigError("curriculum.tiers must list at least one tier")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"curriculum.tiers names must be unique; got {names}")
+        if not 0 <= self.start_tier < len(self.tiers):
+            raise ConfigError(
+                f"curriculum.start_tier must be in 0..{len(self.tiers) - 1}; got {self.start_tier}"
+            )
+        _one_of("curriculum", "metric", self.metric, ("reward", "accuracy"))
+        if not 0 < self.ema_alpha <= 1:
+            raise ConfigError(f"curriculum.ema_alpha must be in (0, 1]; got {self.ema_alpha}")
+        _positive("curriculum", self, "min_dwell_steps", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class PenaltyConfig:
+    """The adaptive (Lagrangian) weight on the token-budget penalty; replaces the reward's fixed token bonus."""
+
+    enabled: bool = True
+    init: float = 0.05
+    lr: float = 0.05  # dual ascent step: weight += lr * (accuracy - accuracy_floor)
+    accuracy_floor: float = 0.5
+    min: float = 0.0
+    max: float = 0.3
+    rank_bonus: float = 0.0  # zero-mean bonus by length among a group's correct rollouts; 0: off
+
+    def __post_init__(self) -> None:
+        _positive("penalty", self, "init", "lr", "min", "max", "rank_bonus", allow_zero=True)
+        if not self.min <= self.init <= self.max:
+            raise ConfigError(
+                f"need penalty.min <= penalty.init <= penalty.max; got {self.min}, {self.init}, {self.max}"
+            )
+        if not 0 <= self.accuracy_floor <= 1:
+            raise ConfigError(f"penalty.accuracy_floor must be in [0, 1]; got {self.accuracy_floor}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0  # steps between evals on the fixed eval set; 0: off
+    num_tasks: int = 16
+    tier: int = -1  # curriculum tier the eval set is drawn from (-1: the last)
+    temperature: float = 0.0
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        _positive("eval", self, "every", "temperature", allow_zero=True)
+        _positive("eval", self, "num_tasks")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    save_every: int = 0  # also save every N steps; 0: only the geometric schedule and the last step
+    geometric: bool = True  # save at steps first, first*factor, first*factor^2, ...
+    geometric_first: int = 1
+    geometric_factor: float = 2.0
+    keep_last: int = 3  # pruning keeps the first checkpoint and the newest keep_last
+    export_merged: bool = True  # after the adapter, also write a merged 16-bit model
+    export_dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint", self, "save_every", allow_zero=True)
+        _positive("checkpoint", self, "geometric_first", "keep_last")
+        if self.geometric_factor <= 1:
+            raise ConfigError(f"checkpoint.geometric_factor must be > 1; got {self.geometric_factor}")
+        _one_of("checkpoint", "export_dtype", self.export_dtype, ("bfloat16", "float16"))
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "fathom"
+    wandb_mode: str = "offline"  # offline never touches the network; `wandb sync` uploads later
+    traces: bool = True  # every rollout, untruncated, to traces.jsonl
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _one_of("logging", "wandb_mode", self.wandb_mode, ("offline", "online", "disabled"))
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    source: str = "expert"  # expert (scripted, token-exact) | openai (a teacher endpoint) | file
+    transcripts: str = ""  # source = file: a transcripts.jsonl written by an earlier `fathom sft`
+    teacher_url: str = ""
+    teacher_model: str = ""
+    teacher_api_key_env: str = "OPENAI_API_KEY"
+    teacher_temperature: float = 0.0
+    teacher_concurrency: int = 8
+    num_tasks: int = 64
+    tier: int = 0  # curriculum tier the SFT tasks are drawn from
+    seed: int = 7
+    epochs: float = 2.0
+    learning_rate: float = 2e-4
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    max_length: int = 8192
+
+    def __post_init__(self) -> None:
+        _one_of("sft", "source", self.source, ("expert", "openai", "file"))
+        if self.source == "openai" and not (self.teacher_url and self.teacher_model):
+            raise ConfigError("sft.source = 'openai' needs sft.teacher_url and sft.teacher_model")
+        if self.source == "file" and not self.transcripts:
+            raise ConfigError("sft.source = 'file' needs sft.transcripts")
+        _positive("sft", self, "num_tasks", "epochs", "learning_rate", "max_length", "teacher_concurrency")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    grpo: GRPOSection = field(default_factory=GRPOSection)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    penalty: PenaltyConfig = field(default_factory=PenaltyConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+    def __post_init__(self) -> None:
+        # A correct answer carrying the largest penalty must still beat any wrong one.
+        least_correct = (
+            self.reward.format_weight + self.reward.correctness_weight * self.reward.correct_threshold
+        )
+        room = least_correct - self.reward.wrong_cap
+        if self.penalty.enabled and self.penalty.max + self.penalty.rank_bonus >= room:
+            raise ConfigError(
+                f"penalty.max + penalty.rank_bonus ({self.penalty.max + self.penalty.rank_bonus}) must stay below "
+                f"{room:.3f} (the least a correct answer earns minus reward.wrong_cap), or a correct but long "
+                "answer could score below a wrong one"
+            )
+        if not -len(self.curriculum.tiers) <= self.eval.tier < len(self.curriculum.tiers):
+            raise ConfigError(f"eval.tier {self.eval.tier} is not a curriculum tier index")
+        if not -len(self.curriculum.tiers) <= self.sft.tier < len(self.curriculum.tiers):
+            raise ConfigError(f"sft.tier {self.sft.tier} is not a curriculum tier index")
+
+
+# ---- building from plain data -----------------------------------------------------------------------------
+def _coerce(where: str, kind: Any, value: Any) -> Any:
+    """`value` as the annotated type `kind`, or ConfigError. No silent conversions beyond int -> float."""
+    origin = typing.get_origin(kind)
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false; got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer; got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number; got {value!r}")
+        return float(value)
+    if kind is str:
+        if isinstance(value, bool):  # `--grpo.bf16=true` parses as a TOML bool
+            return str(value).lower()
+        if isinstance(value, int | float):
+            return str(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string; got {value!r}")
+        return value
+    if origin is tuple:
+        (item, _ellipsis) = typing.get_args(kind)
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list; got {value!r}")
+        return tuple(_coerce(f"{where}[{i}]", item, v) for i, v in enumerate(value))
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a table; got {value!r}")
+        return build_dataclass(kind, value, where)
+    raise TypeError(f"config field {where} has an unsupported type {kind}")  # programmer error
+
+
+def build_dataclass(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    """`cls(**values)` with every key checked and every value coerced to its annotated type."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        what = f"in [{where}]" if where else "(sections)"
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)} {what}; valid keys: {', '.join(names)}")
+    kwargs = {k: _coerce(f"{where}.{k}" if where else k, hints[k], v) for k, v in values.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:  # a section's own validation (RewardConfig raises ValueError)
+        raise ConfigError(f"[{where}]: {exc}") from exc
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value: a TOML value if it parses as one (2, 0.5, true, [1, 2]), else the string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def parse_overrides(args: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["--grpo.max_steps=2", "--model.name", "x"]`` -> ``{"grpo": {"max_steps": 2}, "model": {"name": "x"}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    items = list(args)
+    while items:
+        arg = items.pop(0)
+        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+            raise ConfigError(f"unexpected argument {arg!r}: overrides look like --section.key=value")
+        key, sep, raw = arg[2:].partition("=")
+        if not sep:
+            if not items:
+                raise ConfigError(f"override {arg} has no value")
+            raw = items.pop(0)
+        section, _, name = key.partition(".")
+        if not name or "." in name:
+            raise ConfigError(f"override {arg!r} must name one section and one key: --section.key=value")
+        out.setdefault(section, {})[name] = parse_value(raw)
+    return out
+
+
+def merge(base: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    merged = {k: dict(v) if isinstance(v, Mapping) else v for k, v in base.items()}
+    for section, values in overrides.items():
+        merged.setdefault(section, {})
+        if not isinstance(merged[section], dict):
+            raise ConfigError(f"[{section}] is not a table")
+        merged[section].update(values)
+    return merged
+
+
+def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
+    return build_dataclass(TrainConfig, data, "")
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a recipe TOML (or start from the defaults), apply ``--section.key=value`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist (recipes live in configs/)")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return config_from_dict(merge(data, parse_overrides(overrides)))
+
+
+# ---- writing back ---------------------------------------------------------------------------------------
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def dump_toml(config: TrainConfig) -> str:
+    """The resolved config as TOML that `load_config` reads back to an equal config."""
+    lines: list[str] = ["# resolved FATHOM training config (written by the run; reload with --config)"]
+    for section, values in to_dict(config).items():
+        tables = {
+            k: v for k, v in values.items() if isinstance(v, list | tuple) and v and isinstance(v[0], dict)
+        }
+        lines.append(f"\n[{section}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in tables]
+        for key, rows in tables.items():
+            for row in rows:
+                lines.append(f"\n[[{section}.{key}]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in row.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,83 @@
+"""Training config: TOML recipes, command-line overrides, unknown keys, round trip of the resolved config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from fathom.train.cli import add_config_arguments, config_from_args
+from fathom.train.config import ConfigError, TrainConfig, dump_toml, load_config, parse_overrides
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
+
+
+def test_every_shipped_recipe_loads_and_round_trips(tmp_path):
+    assert {p.name for p in CONFIGS} >= {"tiny-cpu.toml", "smollm2-135m-gpu.toml", "qwen2.5-coder-1.5b.toml"}
+    for path in CONFIGS:
+        config = load_config(path)
+        saved = tmp_path / f"{path.stem}.resolved.toml"
+        saved.write_text(dump_toml(config))
+        assert load_config(saved) == config, path.name
+
+
+def test_overrides_are_typed_and_win_over_the_file():
+    config = load_config(
+        CONFIGS[0].parent / "tiny-cpu.toml",
+        [
+            "--grpo.max_steps=7",
+            "--model.name",
+            "smollm2-135m",
+            "--rollout.temperature=0.7",
+            "--penalty.enabled=false",
+        ],
+    )
+    assert (config.grpo.max_steps, config.model.name) == (7, "smollm2-135m")
+    assert config.rollout.temperature == 0.7 and config.penalty.enabled is False
+    tiers = load_config(None, ['--curriculum.tiers=[{name="a", lengths=[8192, 16384]}, {name="b"}]'])
+    assert [t.name for t in tiers.curriculum.tiers] == ["a", "b"]
+    assert tiers.curriculum.tiers[0].lengths == (8192, 16384)
+    assert parse_overrides(["--a.b=[1, 2]", "--a.c", "x y"]) == {"a": {"b": [1, 2], "c": "x y"}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["--grpo.max_stepz=3"], "unknown key(s) max_stepz in [grpo]; valid keys: max_steps"),
+        (["--nosuch.key=1"], "unknown key(s) nosuch"),
+        (["--grpo.max_steps=abc"], "grpo.max_steps must be an integer"),
+        (["--grpo.max_steps=2.5"], "grpo.max_steps must be an integer"),
+        (["--rollout.sub_lm=gpt"], "rollout.sub_lm must be one of"),
+        (["--grpo.num_generations=3"], "must be a multiple of grpo.num_generations (3)"),
+        (['--curriculum.tiers=[{name="a", families=["nope"]}]'], "unknown families ['nope']"),
+        (["--reward.wrong_cap=0.9"], "[reward]: RewardConfig.wrong_cap"),
+        (["--penalty.max=0.8"], "a correct but long answer could score below a wrong one"),
+        (["--model.load_in_4bit=true", "--model.lora=false"], "needs model.lora = true"),
+        (["--grpo.max_steps"], "has no value"),
+    ],
+)
+def test_bad_config_fails_fast_with_the_key_named(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value)
+
+
+def test_bad_toml_file_is_named(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[grpo\nmax_steps = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_every_key_is_a_flag_and_the_run_dir_defaults_per_command():
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, default_run_dir="runs/sft")
+    args = parser.parse_args(["--grpo.max_steps=3", "--eval.every", "5"])
+    config = config_from_args(args)
+    assert (config.grpo.max_steps, config.eval.every, config.run.run_dir) == (3, 5, "runs/sft")
+    with pytest.raises(SystemExit):  # a misspelt key is an argparse error, before anything loads
+        parser.parse_args(["--grpo.max_stepz=3"])
+    assert TrainConfig().run.run_dir == ""
