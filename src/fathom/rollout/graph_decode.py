@@ -20,6 +20,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+DECODE_ATTENTION = "fathom_gqa_decode"
+CACHE_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def gqa_attention(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float | None = None, **_: Any
+) -> tuple[Any, None]:
+    """Attention that reads each key/value head once for its whole group of query heads.
+
+    transformers' SDPA path (in the releases on our GPU image) copies every KV head `n_rep` times before
+    attending, once per layer per step, and with a padding mask it drops to a kernel that materialises it:
+    at batch 256 that copy, not the model, dominated the decode step. Here the query heads are grouped under
+    their KV head instead (head h uses KV head h // n_rep, as in `repeat_kv`).
+    """
+    import torch
+
+    batch, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    q = query.reshape(batch, kv_heads, group * q_len, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)) * (scaling if scaling is not None else dim**-0.5)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[-2]]  # (B, 1, q_len, L) -> rows ordered (group, q)
+        mask = (
+            mask.unsqueeze(2)
+            .expand(batch, 1, group, q_len, mask.shape[-1])
+            .reshape(batch, 1, group * q_len, -1)
+        )
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    probs = scores.float().softmax(-1).to(value.dtype)
+    out = torch.matmul(probs, value).reshape(batch, heads, q_len, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(DECODE_ATTENTION, gqa_attention)
+
+
+def cache_bucket(needed: int, ceiling: int) -> int:
+    """The smallest cache length bucket that holds `needed` positions (at most `ceiling`)."""
+    if needed > ceiling:
+        raise ValueError(f"{needed} positions exceed the cache ceiling {ceiling}")
+    return min([b for b in CACHE_BUCKETS if needed <= b <= ceiling] or [ceiling])
+
 
 @dataclass
 class _Slot:
@@ -46,20 +95,21 @@ class GraphDecoder:
         self.model, self.max_cache_len, self.max_new = model, max_cache_len, max_new_tokens
         self.device = next(model.parameters()).device
         self.capture = self.device.type == "cuda" if capture is None else capture
-        self.slots: dict[int, _Slot] = {}
+        self.slots: dict[tuple[int, int], _Slot] = {}  # (batch bucket, cache-length bucket) -> buffers
+        _register_attention()
         self.captures = 0  # graphs captured so far; must stop growing after warm-up (no recompiles)
         self._torch = torch
 
-    def _slot(self, batch: int) -> _Slot:
-        if batch in self.slots:
-            return self.slots[batch]
+    def _slot(self, batch: int, cache_len: int) -> _Slot:
+        if (batch, cache_len) in self.slots:
+            return self.slots[(batch, cache_len)]
         torch = self._torch
         from transformers import StaticCache
 
         dev = self.device
         slot = _Slot(
-            cache=StaticCache(config=self.model.config, max_cache_len=self.max_cache_len),
-            mask=torch.zeros(batch, 1, 1, self.max_cache_len, dtype=torch.bool, device=dev),
+            cache=StaticCache(config=self.model.config, max_cache_len=cache_len),
+            mask=torch.zeros(batch, 1, 1, cache_len, dtype=torch.bool, device=dev),
             next_ids=torch.zeros(batch, 1, dtype=torch.long, device=dev),
             positions=torch.zeros(batch, 1, dtype=torch.long, device=dev),
             cache_pos=torch.zeros(1, dtype=torch.long, device=dev),
@@ -68,7 +118,7 @@ class GraphDecoder:
             logprobs=torch.zeros(batch, self.max_new, dtype=torch.float32, device=dev),
             inv_temp=torch.ones(1, dtype=torch.float32, device=dev),
         )
-        self.slots[batch] = slot
+        self.slots[(batch, cache_len)] = slot
         return slot
 
     def _sample(self, logits: Any, slot: _Slot) -> tuple[Any, Any]:
@@ -85,7 +135,22 @@ class GraphDecoder:
     def _step(self, slot: _Slot) -> None:
         """One decode step; every tensor it touches is a slot buffer (so it can be captured)."""
         slot.mask.index_fill_(3, slot.cache_pos, True)
-        logits = self.model(
+        config = self.model.config
+        saved, config._attn_implementation = config._attn_implementation, DECODE_ATTENTION
+        try:
+            logits = self._decode_forward(slot)
+        finally:
+            config._attn_implementation = saved
+        choice, logp = self._sample(logits, slot)
+        slot.out.index_copy_(1, slot.step, choice)
+        slot.logprobs.index_copy_(1, slot.step, logp)
+        slot.next_ids.copy_(choice)
+        slot.positions.add_(1)
+        slot.cache_pos.add_(1)
+        slot.step.add_(1)
+
+    def _decode_forward(self, slot: _Slot) -> Any:
+        return self.model(
             input_ids=slot.next_ids,
             attention_mask=slot.mask,
             position_ids=slot.positions,
@@ -94,13 +159,6 @@ class GraphDecoder:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
-        choice, logp = self._sample(logits, slot)
-        slot.out.index_copy_(1, slot.step, choice)
-        slot.logprobs.index_copy_(1, slot.step, logp)
-        slot.next_ids.copy_(choice)
-        slot.positions.add_(1)
-        slot.cache_pos.add_(1)
-        slot.step.add_(1)
 
     def _capture(self, slot: _Slot) -> None:
         torch = self._torch
@@ -129,7 +187,7 @@ class GraphDecoder:
             raise ValueError(
                 f"prompt {width} + {self.max_new} new tokens exceeds the cache ({self.max_cache_len})"
             )
-        slot = self._slot(batch)
+        slot = self._slot(batch, cache_bucket(width + self.max_new, self.max_cache_len))
         slot.cache.reset()
         slot.inv_temp.fill_(0.0 if temperature <= 0 else 1.0 / temperature)
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
