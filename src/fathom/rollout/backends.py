@@ -52,7 +52,7 @@ def bucket(n: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
 
 
 class HFBackend:
-    """transformers generation, plain or with a static (compilable) cache."""
+    """transformers generation: plain `generate`, its static-cache path, or our CUDA-graph decoder."""
 
     def __init__(
         self,
@@ -61,13 +61,14 @@ class HFBackend:
         mode: str = "plain",
         max_cache_len: int = 8192,
         graph_max_new: int = 512,
+        fuse: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model, self.tokenizer, self.mode, self.max_cache_len = model, tokenizer, mode, max_cache_len
         # "graph": one decoder (and one CUDA graph per batch bucket) for a fixed number of new tokens; shorter
         # requests are cut afterwards, so a turn's varying budget never triggers a new capture.
-        self.graph_max_new = graph_max_new
+        self.graph_max_new, self.fuse = graph_max_new, fuse
         self._decoder: Any = None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_id = tokenizer.eos_token_id
@@ -91,7 +92,7 @@ class HFBackend:
         if sampling.max_new_tokens > self.graph_max_new:
             raise ValueError(f"max_new_tokens {sampling.max_new_tokens} > graph_max_new {self.graph_max_new}")
         if self._decoder is None:
-            self._decoder = GraphDecoder(self.model, self.max_cache_len, self.graph_max_new)
+            self._decoder = GraphDecoder(self.model, self.max_cache_len, self.graph_max_new, fuse=self.fuse)
         rows, width = bucket(len(prompts)), max(len(p) for p in prompts)
         input_ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((rows, width), dtype=torch.long)

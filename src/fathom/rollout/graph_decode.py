@@ -88,13 +88,25 @@ class _Slot:
 
 class GraphDecoder:
     def __init__(
-        self, model: Any, max_cache_len: int, max_new_tokens: int, capture: bool | None = None
+        self,
+        model: Any,
+        max_cache_len: int,
+        max_new_tokens: int,
+        capture: bool | None = None,
+        fuse: bool = False,
     ) -> None:
+        """`fuse`: compile the step's forward with inductor (fusing its many small kernels) before capture;
+        costs a compilation per shape at warm-up, then replays as one graph like the unfused step."""
         import torch
 
         self.model, self.max_cache_len, self.max_new = model, max_cache_len, max_new_tokens
         self.device = next(model.parameters()).device
         self.capture = self.device.type == "cuda" if capture is None else capture
+        self._forward = (
+            torch.compile(self._decode_forward, dynamic=False, fullgraph=False)
+            if fuse
+            else self._decode_forward
+        )
         self.slots: dict[tuple[int, int], _Slot] = {}  # (batch bucket, cache-length bucket) -> buffers
         _register_attention()
         self.captures = 0  # graphs captured so far; must stop growing after warm-up (no recompiles)
@@ -138,7 +150,7 @@ class GraphDecoder:
         config = self.model.config
         saved, config._attn_implementation = config._attn_implementation, DECODE_ATTENTION
         try:
-            logits = self._decode_forward(slot)
+            logits = self._forward(slot.next_ids, slot.mask, slot.positions, slot.cache, slot.cache_pos)
         finally:
             config._attn_implementation = saved
         choice, logp = self._sample(logits, slot)
@@ -149,13 +161,13 @@ class GraphDecoder:
         slot.cache_pos.add_(1)
         slot.step.add_(1)
 
-    def _decode_forward(self, slot: _Slot) -> Any:
+    def _decode_forward(self, next_ids: Any, mask: Any, positions: Any, cache: Any, cache_pos: Any) -> Any:
         return self.model(
-            input_ids=slot.next_ids,
-            attention_mask=slot.mask,
-            position_ids=slot.positions,
-            past_key_values=slot.cache,
-            cache_position=slot.cache_pos,
+            input_ids=next_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            cache_position=cache_pos,
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
@@ -166,7 +178,7 @@ class GraphDecoder:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up outside the graph (allocator, lazy kernels)
+            for _ in range(3):  # warm-up outside the graph (allocator, lazy kernels, compilation)
                 self._step(slot)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
