@@ -1,0 +1,82 @@
+"""Policy models: offline builds, loading by name or path, LoRA, and the errors a user sees."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from fathom.models import LoraSpec, ModelLoadError, ModelSpec, load_model, qwen_tokenizer_dir, tiny_model_dir
+from fathom.models.offline import TINY_KINDS
+from fathom.rollout import ChatFormat, HFBackend, Sampling
+
+
+def test_qwen_tokenizer_is_the_real_one():
+    tok = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    assert tok.encode("Hello, world!", add_special_tokens=False) == [9707, 11, 1879, 0]  # known Qwen2 ids
+    assert len(tok) == 151_665 and tok.convert_tokens_to_ids("<|im_end|>") == 151_645
+    text = "def f(x):\n    return ctx[x:x + 10]  # ünïcode ✓"
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+
+
+@pytest.mark.parametrize("kind", TINY_KINDS)
+def test_tiny_models_load_generate_and_are_rebuilt_identically(kind):
+    model, tok = load_model(ModelSpec(name=kind))
+    assert sum(p.numel() for p in model.parameters()) < 12_000_000
+    assert tok.chat_template and tok.pad_token_id is not None
+    out = HFBackend(model, tok).generate([tok.encode("hello")], Sampling(max_new_tokens=4, temperature=0))
+    assert 1 <= len(out[0].ids) <= 4
+    again, _ = load_model(ModelSpec(name=str(tiny_model_dir(kind))))  # by path: the same weights
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True)
+    )
+
+
+def test_lora_wraps_the_model_and_trains_only_adapters():
+    model, _ = load_model(ModelSpec(name="tiny-smol", lora=LoraSpec(r=4, alpha=8)))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_bf16_dtype_is_honoured():
+    model, _ = load_model(ModelSpec(name="tiny-smol", dtype="bfloat16"))
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_clear_errors(tmp_path, monkeypatch):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(ModelSpec(name=str(tmp_path / "nope")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
+        load_model(ModelSpec(name=str(tmp_path / "empty")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE is set"):
+        load_model(ModelSpec(name="Qwen/Qwen2.5-Coder-1.5B-Instruct"))
+    with pytest.raises(ValueError, match="dtype"):
+        ModelSpec(dtype="float8")
+    with pytest.raises(ModelLoadError, match="bitsandbytes"):
+        load_model(ModelSpec(name="tiny-smol", load_in_4bit=True))
+
+
+def test_missing_chat_template_is_an_error_unless_base_mode(tmp_path):
+    src = tiny_model_dir("tiny-smol")
+    tok = AutoTokenizer.from_pretrained(src)
+    tok.chat_template = None
+    target = tmp_path / "base"
+    model, _ = load_model(ModelSpec(name=str(src)))
+    model.save_pretrained(target)
+    tok.save_pretrained(target)
+    (target / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ModelLoadError, match="no chat template"):
+        load_model(ModelSpec(name=str(target)))
+    _, base_tok = load_model(ModelSpec(name=str(target), chat=False))
+    chat = ChatFormat(base_tok, chat=False)
+    prompt = base_tok.decode(chat.prompt_ids("SYS", "Q?"))
+    assert (
+        prompt.endswith("### System\nSYS\n### User\nQ?\n### Assistant\n") and "FINAL(17)" in prompt
+    )  # few-shot
+    turn = base_tok.encode("```repl\nprint(1)\n```\n### User", add_special_tokens=False)
+    assert chat.turn_finished(turn) and chat.turn_text(turn).strip() == "```repl\nprint(1)\n```"
+    obs = base_tok.decode(chat.observation_ids("[output]\n1", model_finished=True))
+    assert obs == "\n[output]\n1\n### Assistant\n"
