@@ -182,3 +182,8 @@ def test_many_episodes_share_one_loop():
     counts, tasks = asyncio.run(run())
     assert counts == [t.document.count("drawer opened") for t in tasks]
     assert all(c > 0 for c in counts)
+
+
+def test_metadata_names_the_environment():
+    meta = RLMEnvironment().get_metadata()
+    assert meta.name == "fathom-rlm" and "ctx" in meta.description

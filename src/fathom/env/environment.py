@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
 
+from fathom import __version__
 from fathom.env.models import CellRecord, RLMAction, RLMObservation, RLMState, SubCallRecord
 from fathom.env.parsing import code_blocks
 from fathom.env.prompts import CellView, first_user_message, render_cells, system_prompt
@@ -291,6 +293,17 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             observation.reward = breakdown.total
             observation.reward_breakdown = self._reward
         await self._close_sandbox()
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name="fathom-rlm",
+            description=(
+                "Recursive Language Model environment: answer a question about a long document held in a "
+                "sandboxed Python REPL as `ctx`, with llm() sub-calls and FINAL(value)."
+            ),
+            version=__version__,
+            author="FATHOM developers",
+        )
 
     @property
     def state(self) -> RLMState:
