@@ -17,7 +17,11 @@ COMMANDS: dict[str, str] = {
     "serve": "fathom.server.cli",
     "eval": "fathom.eval.cli",
     "report": "fathom.report.cli",
+    "sft": "fathom.train.sft",
+    "grpo": "fathom.train.grpo",
+    "smoke": "fathom.train.smoke",
     "quickstart": "fathom.quickstart",
+    "serve-lm": "fathom.server.lm_server",
 }
 
 

@@ -27,7 +27,12 @@ QUESTION_KEY = re.compile(r"special magic number for ([a-z]+-[a-z]+) mentioned")
 @contextlib.contextmanager
 def running_server(app: Any) -> Iterator[str]:
     """Serve `app` with uvicorn in a thread on 127.0.0.1:<ephemeral>; yields the base URL."""
-    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, log_level="warning"))
+    config = (
+        uvicorn_config(app, "127.0.0.1", 0, log_level="warning")
+        if hasattr(app.state, "config")  # a `fathom serve` app; others (serve-lm) take uvicorn's defaults
+        else uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
