@@ -8,7 +8,14 @@ from dataclasses import replace
 import pytest
 
 from fathom.rollout import Sampling
-from fathom.rollout.direct import DIRECT_SYSTEM, TRUNCATION_NOTE, build_prompt, parse_answer, run_direct
+from fathom.rollout.direct import (
+    ANSWER_INSTRUCTION,
+    DIRECT_SYSTEM,
+    TRUNCATION_NOTE,
+    build_prompt,
+    parse_answer,
+    run_direct,
+)
 from fathom.rollout.policies import ScriptedBackend
 from fathom.tasks import Task, load_tasks
 
@@ -37,7 +44,8 @@ def test_prompt_fits_the_context_and_keeps_the_question(smol_chat, heldout_file,
         assert len(prompt.ids) + 128 >= context - 16  # and the window is used, not wasted
         assert prompt.truncated and 0 < prompt.doc_tokens < task.length_tokens
         text = tok.decode(prompt.ids)
-        assert text.rstrip().endswith(f"Question: {task.question}<|im_end|>\n<|im_start|>assistant")
+        tail = f"Question: {task.question}\n{ANSWER_INSTRUCTION}<|im_end|>\n<|im_start|>assistant"
+        assert text.rstrip().endswith(tail)
         assert DIRECT_SYSTEM in text and TRUNCATION_NOTE.strip() in text
         # the document kept is the document's beginning
         assert task.read_document()[:200] in text
@@ -129,3 +137,28 @@ def test_tiny_model_end_to_end(heldout_file):
         assert r["context_used"] <= 2048 and r["tokens"] <= 6 and r["truncated"]
         assert r["llm_calls"] == 0 and r["turns"] == 1 and r["cost_tokens"] == r["context_used"]
         assert r["correct"] is False and r["breakdown"]["total"] == r["reward"]
+
+
+def test_checkpoints_of_a_run_load_with_the_base_models_window(tmp_path):
+    """A merged checkpoint and a LoRA adapter of a run trained from tiny-smol: both load, both get its 2K
+    window (through the run's config.toml) instead of the 32K positions in the checkpoint's config."""
+    from peft import LoraConfig, get_peft_model
+
+    from fathom.eval.policies import context_window, load_policy_model, trained_from
+    from fathom.models import ModelSpec, load_model
+
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "config.toml").write_text('[run]\nseed = 0\n\n[model]\nname = "tiny-smol"\n')
+    model, tok = load_model(ModelSpec(name="tiny-smol", device="cpu"))
+    model.save_pretrained(run / "final" / "merged")
+    tok.save_pretrained(run / "final" / "merged")
+    lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+    lora.save_pretrained(run / "final" / "adapter")
+    tok.save_pretrained(run / "final" / "adapter")
+    for kind in ("merged", "adapter"):
+        path = str(run / "final" / kind)
+        loaded, tokenizer = load_policy_model(path, device="cpu")
+        assert trained_from(path) == "tiny-smol" and loaded.config.max_position_embeddings == 32768
+        assert context_window(path, loaded) == 2048 and tokenizer.pad_token_id is not None
+        assert not hasattr(loaded, "peft_config")  # the adapter is merged into plain weights

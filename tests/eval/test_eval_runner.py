@@ -16,6 +16,7 @@ import pytest
 from fathom.cli import main
 from fathom.eval import EvalConfigMismatch, read_rows, run_eval
 from fathom.eval.policies import ExpertPolicy
+from fathom.eval.runner import drop_partial_line
 from fathom.tasks import load_tasks
 
 ROW_KEYS = {
@@ -39,6 +40,21 @@ def test_expert_through_the_cli_is_accurate(heldout_file, tmp_path):
     assert summary["groups"]["length/128K"]["n"] == 7
     oolong = [r for r in rows if r["family"] == "oolong"]
     assert all(r["llm_calls"] > 0 and r["cost_tokens"] > r["tokens"] for r in oolong)  # reading costs
+    traces = read_rows(out / "traces.jsonl")  # the full episodes, kept out of eval.jsonl
+    assert [t["id"] for t in traces] == [r["id"] for r in rows] and "trace" not in rows[0]
+    oolong_trace = next(t["trace"] for t in traces if t["id"] == oolong[0]["id"])
+    assert sum(len(turn["subcalls"]) for turn in oolong_trace["turns"]) == oolong[0]["llm_calls"]
+
+
+@pytest.mark.parametrize(
+    ("content", "kept"),
+    [(b"", b""), (b"a\n", b"a\n"), (b"a\nbc", b"a\n"), (b"abc", b""), (b"x\n" + b"y" * 1000, b"x\n")],
+)
+def test_drop_partial_line(tmp_path, content, kept):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(content)
+    drop_partial_line(path, block=7)  # small blocks: the scan back crosses block boundaries
+    assert path.read_bytes() == kept
 
 
 def write_hand_made(folder: Path) -> Path:

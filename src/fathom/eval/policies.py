@@ -12,10 +12,12 @@ turns, tokens (policy tokens generated), llm_calls, context_used (the longest se
 conditioned on: prompt plus everything after it), cost_tokens (every token any model read or wrote:
 the policy's prompt at each turn, its output, and the sub-LM's input and output — estimated at 4
 characters a token where the sub-LM gives no count, as the expert's scripted reader does), end_reason, and
-wall_s (the batch's wall time shared evenly among its tasks: episodes of a batch run together).
+wall_s (the batch's wall time shared evenly among its tasks: episodes of a batch run together). Policies
+in the scaffold add ``trace`` (every turn, cell and sub-call), which the runner writes to its own file.
 
 Context windows assumed per model (override with ``context_tokens``): `CONTEXT_WINDOWS` below for the
-offline names; otherwise the checkpoint's ``max_position_embeddings``.
+offline names and for checkpoints of runs trained from them (found through the run's ``config.toml``);
+otherwise the checkpoint's ``max_position_embeddings``.
 
 This module neither writes files nor aggregates rows; see `fathom.eval.runner` and `fathom.eval.stats`.
 """
@@ -26,6 +28,7 @@ import asyncio
 import json
 import math
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,15 +84,34 @@ def load_policy_model(name: str, dtype: str = "float32", device: str | None = No
 
         base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
         model, tokenizer = load_model(ModelSpec(name=base, dtype=dtype, device=device))
-        if (path / "tokenizer_config.json").exists():
-            tokenizer = load_tokenizer(ModelSpec(name=str(path)))
+        if (path / "tokenizer_config.json").exists():  # the tokenizer saved with the adapter wins
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
         return PeftModel.from_pretrained(model, path).merge_and_unload(), tokenizer
     return load_model(ModelSpec(name=name, dtype=dtype, device=device))
 
 
+def trained_from(name: str) -> str | None:
+    """The model a checkpoint of a FATHOM run was trained from: ``[model] name`` of the ``config.toml``
+    in the checkpoint's directory or one of the three above it (RUN/final/merged, RUN/checkpoint-N)."""
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return None
+    for folder in [path, *path.resolve().parents][:4]:
+        if (folder / "config.toml").is_file():
+            config = tomllib.loads((folder / "config.toml").read_text())
+            return config.get("model", {}).get("name") or None
+    return None
+
+
 def context_window(name: str, model: Any) -> int:
-    if name in CONTEXT_WINDOWS:
-        return CONTEXT_WINDOWS[name]
+    """`CONTEXT_WINDOWS` for offline names and checkpoints trained from them, else the model's positions."""
+    for candidate in (name, trained_from(name)):
+        if candidate in CONTEXT_WINDOWS:
+            return CONTEXT_WINDOWS[candidate]
     return int(model.config.max_position_embeddings)
 
 
@@ -165,6 +187,7 @@ class _EngineRunner:
                 context_used=len(rollout.prompt_ids) + len(rollout.completion_ids),
                 end_reason=rollout.end_reason,
                 wall_s=round(wall, 4),
+                trace=rollout.trace,  # the runner moves it to traces.jsonl
             )
             rows.append(row)
         return rows

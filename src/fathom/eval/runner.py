@@ -8,6 +8,8 @@ Files in the output directory:
 - ``eval.jsonl``: one row per task (fields in `fathom.eval.policies`), appended and flushed to disk batch by
   batch, so a kill loses at most the batch in flight. On restart, ids already there are skipped; a last line
   cut off mid-write is dropped first.
+- ``traces.jsonl``: ``{"id", "trace"}`` per task for policies in the scaffold (every turn's text, cells and
+  sub-calls), kept apart so that eval.jsonl stays small; written before the rows of the same batch.
 - ``summary.json``: the policy's description, counts, total wall time, and `fathom.eval.stats.summarize`
   over the rows of this task file (``groups``), rewritten atomically at the end of every run.
 
@@ -32,28 +34,52 @@ if TYPE_CHECKING:
     from fathom.eval.policies import Policy
 
 EVAL_FILE, SUMMARY_FILE, CONFIG_FILE = "eval.jsonl", "summary.json", "eval_config.json"
+TRACES_FILE = "traces.jsonl"
 
 
 class EvalConfigMismatch(RuntimeError):
     """The output directory holds results of a different policy or model."""
 
 
-def read_rows(path: Path, repair: bool = False) -> list[dict[str, Any]]:
-    """The rows of an eval file. With `repair`, a trailing line cut off mid-write is removed from the file."""
+def drop_partial_line(path: Path, block: int = 1 << 16) -> None:
+    """Cut a last line left without its newline by a kill mid-write, so appending starts on a fresh line."""
+    if not path.exists():
+        return
+    with path.open("r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:  # scan back block by block to the last newline
+            start = max(0, pos - block)
+            f.seek(start)
+            newline = f.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        if pos < end:
+            f.truncate(pos)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The complete rows of an eval file (a partial last line is ignored)."""
     if not path.exists():
         return []
-    data = path.read_bytes()
-    cut = data.rfind(b"\n") + 1  # everything after the last newline is a partial line
-    if repair and cut < len(data):
-        with path.open("r+b") as f:
-            f.truncate(cut)
-    return [json.loads(line) for line in data[:cut].decode("utf-8").splitlines() if line.strip()]
+    text = path.read_bytes().decode("utf-8")
+    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _write_json(path: Path, obj: Any) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     os.replace(partial, path)
+
+
+def _append(path: Path, objects: list[dict[str, Any]]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(o, default=str) + "\n" for o in objects))
+        f.flush()
+        os.fsync(f.fileno())  # what is in the file survives a kill or a power cut
 
 
 def _check_config(out: Path, config: dict[str, Any], overwrite: bool) -> None:
@@ -67,7 +93,7 @@ def _check_config(out: Path, config: dict[str, Any], overwrite: bool) -> None:
                 "Use another --out, or --overwrite to start over"
             )
     if overwrite:
-        for name in (EVAL_FILE, SUMMARY_FILE):
+        for name in (EVAL_FILE, SUMMARY_FILE, TRACES_FILE):
             (out / name).unlink(missing_ok=True)
     _write_json(path, config)
 
@@ -89,21 +115,23 @@ def run_eval(
     config = {**policy.describe(), "task_file": task_file}
     _check_config(out, config, overwrite)
     eval_path = out / EVAL_FILE
-    done = {row["id"] for row in read_rows(eval_path, repair=True)}
+    for path in (eval_path, out / TRACES_FILE):
+        drop_partial_line(path)
+    done = {row["id"] for row in read_rows(eval_path)}
     todo = [t for t in tasks if t.id not in done]
     started = time.perf_counter()
     bar = tqdm(
         total=len(tasks), initial=len(tasks) - len(todo), desc=policy.label, unit="task", disable=not progress
     )
     try:
-        with eval_path.open("a", encoding="utf-8") as f:
-            for start in range(0, len(todo), batch_size):
-                batch = todo[start : start + batch_size]
-                rows = policy.run(batch)
-                f.write("".join(json.dumps({**r, "policy": policy.label}, default=str) + "\n" for r in rows))
-                f.flush()
-                os.fsync(f.fileno())  # what is in eval.jsonl survives a kill or a power cut
-                bar.update(len(batch))
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            rows = policy.run(batch)
+            traces = [{"id": r["id"], "trace": r.pop("trace")} for r in rows if "trace" in r]
+            if traces:
+                _append(out / TRACES_FILE, traces)
+            _append(eval_path, [{**r, "policy": policy.label} for r in rows])
+            bar.update(len(batch))
     finally:
         bar.close()
     wanted = {t.id for t in tasks}

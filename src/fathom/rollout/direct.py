@@ -2,7 +2,7 @@
 
 This is what a long-context QA model does without the scaffold (and what the original FATHOM trained on):
 one prompt per task, system "answer from the document, inside <answer></answer>", user "the document, cut
-in tokens to fit, then the question". The document keeps its beginning; its token budget is
+in tokens to fit, then the question" (and the answer format again). The document keeps its beginning; its token budget is
 ``context_tokens - (everything else in the prompt) - max_new_tokens``, so prompt plus reply never exceed the
 context window and the question is always kept whole. Prompts are generated in batches by any `Backend`.
 
@@ -29,6 +29,8 @@ DIRECT_SYSTEM = (
     "Answer the question using only the document in the user message. The document may be cut off. "
     "Reply with the answer alone inside <answer></answer> tags, for example <answer>42</answer>."
 )
+# Repeated after the question: small models follow the instruction nearest the end of the prompt.
+ANSWER_INSTRUCTION = "Reply with the answer alone inside <answer></answer> tags."
 TRUNCATION_NOTE = "\n[... the rest of the document is cut off ...]"
 ANSWER_STOP = "</answer>"
 # A token rarely spans more than a few characters; reading this many per budgeted token is plenty, and
@@ -65,7 +67,7 @@ class DirectResult:
 
 def user_message(document: str, question: str, truncated: bool) -> str:
     note = TRUNCATION_NOTE if truncated else ""
-    return f"Document:\n{document}{note}\n\nQuestion: {question}"
+    return f"Document:\n{document}{note}\n\nQuestion: {question}\n{ANSWER_INSTRUCTION}"
 
 
 def _document_prefix(task: Any, chars: int) -> tuple[str, bool]:
