@@ -22,7 +22,7 @@ from fathom.tasks import load_tasks
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TRAINING = {"summary", "reward", "accuracy", "kl_entropy", "grad_norm", "completion_length",
-            "turns_subcalls", "reward_components", "curriculum"}  # fmt: skip
+            "turns_subcalls", "reward_components", "curriculum", "step_time"}  # fmt: skip
 EVAL = {"accuracy_vs_length", "accuracy_by_family", "cost_vs_length"}
 
 
@@ -37,6 +37,7 @@ def write_metrics(path: Path, steps: int = 60, drop: tuple[str, ...] = ()) -> No
             "kl": 0.01 * math.sqrt(step), "entropy": math.exp(-step / 40), "grad_norm": abs(rng.gauss(1, 0.2)),
             "completion_length": 200 + step, "turns": 2 + step / 30, "llm_calls": step / 20,
             "tier": step // 20, "penalty_weight": 0.1 + step / 600, "lr": 1e-5, "phase": "train",
+            "time/generate_s": 2.0, "time/env_s": 0.5, "time/optimise_s": 1.0 + rng.random(),
         }  # fmt: skip
         lines.append(json.dumps({k: v for k, v in row.items() if k not in drop}))
     lines.insert(10, "not json at all")
@@ -86,9 +87,10 @@ def test_report_from_metrics_and_evals(eval_run, tmp_path):
 
 
 def test_missing_keys_are_skipped(tmp_path):
-    write_metrics(tmp_path / "metrics.jsonl", drop=("kl", "entropy", "tier", "penalty_weight", "lr", "phase"))
+    dropped = ("kl", "entropy", "tier", "penalty_weight", "lr", "phase", "time/env_s", "time/generate_s")
+    write_metrics(tmp_path / "metrics.jsonl", drop=dropped)
     page, plots = build_report(tmp_path)
-    check_outputs(page, plots, TRAINING - {"kl_entropy", "curriculum"} | {"other_metrics"})  # eval/accuracy
+    check_outputs(page, plots, TRAINING - {"kl_entropy", "curriculum"})  # one timing key is enough
     assert "Evaluation" not in page.read_text()
 
 

@@ -32,18 +32,28 @@ Metrics = Sequence[dict[str, float]]
 ALIASES: dict[str, tuple[str, ...]] = {
     "reward": ("reward", "reward/total", "train/reward"),
     "accuracy": ("accuracy", "train/accuracy", "reward/accuracy"),
+    "eval_accuracy": ("eval/accuracy",),
     "kl": ("kl", "train/kl", "objective/kl"),
     "entropy": ("entropy", "train/entropy"),
     "grad_norm": ("grad_norm", "train/grad_norm"),
     "completion_length": ("completion_length", "completions/mean_length", "train/completion_length"),
-    "turns": ("turns", "train/turns"),
-    "llm_calls": ("llm_calls", "sub_calls", "train/llm_calls"),
-    "tier": ("tier", "curriculum/tier"),
-    "penalty_weight": ("penalty_weight", "token_weight", "curriculum/penalty_weight"),
+    "turns": ("turns", "behaviour/turns", "train/turns"),
+    "llm_calls": ("llm_calls", "behaviour/subcalls", "sub_calls", "train/llm_calls"),
+    "tier": ("tier", "recipe/tier", "curriculum/tier"),
+    "penalty_weight": (
+        "penalty_weight",
+        "recipe/penalty_weight",
+        "curriculum/penalty_weight",
+        "token_weight",
+    ),
+    "generate_s": ("time/generate_s",),
+    "env_s": ("time/env_s",),
+    "optimise_s": ("time/optimise_s",),
 }
 TITLES = {
     "reward": "reward",
     "accuracy": "accuracy",
+    "eval_accuracy": "eval accuracy",
     "kl": "KL to reference",
     "entropy": "entropy",
     "grad_norm": "grad norm",
@@ -52,6 +62,9 @@ TITLES = {
     "llm_calls": "sub-calls per episode",
     "tier": "curriculum tier",
     "penalty_weight": "token penalty weight",
+    "generate_s": "generation",
+    "env_s": "environment",
+    "optimise_s": "optimisation",
 }
 DPI = 110
 
@@ -83,6 +96,7 @@ def _line(ax: Axes, xs: list[float], ys: list[float], label: str | None, color: 
 
 
 def _decorate(ax: Axes, title: str, drawn: bool) -> None:
+    ax.ticklabel_format(axis="y", useOffset=False)  # "10.79", not "+1.078987e1" above the axis
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("step", fontsize=8)
     ax.tick_params(labelsize=8)
@@ -95,7 +109,7 @@ def _panel(ax: Axes, metrics: Metrics, names: Sequence[str], title: str) -> bool
     """Draw the named series that exist on one axis; say 'not logged' when none does."""
     drawn = False
     for name in names:
-        key = name if name.startswith(("reward/", "rewards/")) else _key(metrics, name)
+        key = _key(metrics, name)
         if key is None:
             continue
         xs, ys = _xy(metrics, key)
@@ -143,16 +157,22 @@ def _grid(n: int, cols: int = 3) -> tuple[int, int]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI)
     return path
 
 
-def _single(out: Path, name: str, metrics: Metrics, series: Sequence[str], title: str) -> Path | None:
+def _single(
+    out: Path, name: str, metrics: Metrics, series: Sequence[str], title: str, together: bool = False
+) -> Path | None:
+    """One figure: the series side by side, or `together` on one axis; None when none was logged."""
     present = [s for s in series if _key(metrics, s)]
     if not present:
         return None
-    fig = Figure(figsize=(5.5 * len(present), 3.6))
+    if together:
+        fig = Figure(figsize=(6.5, 3.8), layout="constrained")
+        _panel(fig.add_subplot(1, 1, 1), metrics, present, title)
+        return _save(fig, out / name)
+    fig = Figure(figsize=(5.5 * len(present), 3.6), layout="constrained")
     for i, s in enumerate(present):
         _panel(fig.add_subplot(1, len(present), i + 1), metrics, [s], TITLES[s])
     fig.suptitle(title, fontsize=11)
@@ -166,22 +186,25 @@ def training_plots(metrics: Metrics, out: Path) -> list[Path]:
     written = [
         summary_plot(metrics, out / "summary.png"),
         _single(out, "reward.png", metrics, ["reward"], "mean episode reward"),
-        _single(out, "accuracy.png", metrics, ["accuracy"], "training accuracy"),
+        _single(out, "accuracy.png", metrics, ["accuracy", "eval_accuracy"], "accuracy", together=True),
         _single(out, "kl_entropy.png", metrics, ["kl", "entropy"], "KL and entropy"),
         _single(out, "grad_norm.png", metrics, ["grad_norm"], "gradient norm"),
         _single(out, "completion_length.png", metrics, ["completion_length"], "completion length"),
         _single(out, "turns_subcalls.png", metrics, ["turns", "llm_calls"], "behaviour per episode"),
+        _single(
+            out, "step_time.png", metrics, ["generate_s", "env_s", "optimise_s"], "seconds per step", True
+        ),
     ]
     comps = components(metrics)
     if comps:
         rows, cols = _grid(len(comps))
-        fig = Figure(figsize=(4.6 * cols, 3.2 * rows))
+        fig = Figure(figsize=(4.6 * cols, 3.2 * rows), layout="constrained")
         for i, key in enumerate(comps):
             _panel(fig.add_subplot(rows, cols, i + 1), metrics, [key], key)
         fig.suptitle("reward components", fontsize=11)
         written.append(_save(fig, out / "reward_components.png"))
     if _key(metrics, "tier") or _key(metrics, "penalty_weight"):
-        fig = Figure(figsize=(6.5, 3.6))
+        fig = Figure(figsize=(6.5, 3.6), layout="constrained")
         _curriculum(fig.add_subplot(1, 1, 1), metrics)
         written.append(_save(fig, out / "curriculum.png"))
     written.append(_other(metrics, out / "other_metrics.png"))
@@ -191,11 +214,14 @@ def training_plots(metrics: Metrics, out: Path) -> list[Path]:
 def summary_plot(metrics: Metrics, path: Path) -> Path:
     """The 8-panel overview: reward, components, accuracy, KL+entropy, grad norm, length, behaviour,
     curriculum. Panels with nothing logged say so."""
-    fig = Figure(figsize=(17, 7.5))
+    fig = Figure(figsize=(17, 7.5), layout="constrained")
     axes = [fig.add_subplot(2, 4, i + 1) for i in range(8)]
     _panel(axes[0], metrics, ["reward"], "reward")
-    _panel(axes[1], metrics, components(metrics), "reward components")
-    _panel(axes[2], metrics, ["accuracy"], "accuracy")
+    comps = components(metrics)
+    # the composed reward's own terms when they were logged; extra shaping terms have their own figure
+    main = [k for k in comps if k.split("/")[-1] in COMPONENTS] or comps
+    _panel(axes[1], metrics, main, "reward components")
+    _panel(axes[2], metrics, ["accuracy", "eval_accuracy"], "accuracy")
     _panel(axes[3], metrics, ["kl", "entropy"], "KL / entropy")
     _panel(axes[4], metrics, ["grad_norm"], "grad norm")
     _panel(axes[5], metrics, ["completion_length"], "completion length")
@@ -205,13 +231,22 @@ def summary_plot(metrics: Metrics, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _other(metrics: Metrics, path: Path, limit: int = 12) -> Path | None:
+OTHER_FIRST = ("eval/", "behaviour/", "time/", "throughput/", "recipe/", "curriculum/")
+
+
+def _other(metrics: Metrics, path: Path, limit: int = 36) -> Path | None:
+    """Every numeric key no other figure shows (eval, behaviour and timing first), up to `limit`."""
     claimed = {a for aliases in ALIASES.values() for a in aliases} | set(components(metrics)) | set(STEP_KEYS)
-    rest = sorted({k for m in metrics for k in m} - claimed)[:limit]
+    rank = {prefix: i for i, prefix in enumerate(OTHER_FIRST)}
+
+    def order(key: str) -> tuple[int, str]:
+        return next((r for p, r in rank.items() if key.startswith(p)), len(rank)), key
+
+    rest = sorted({k for m in metrics for k in m} - claimed - {"time"}, key=order)[:limit]
     if not rest:
         return None
     rows, cols = _grid(len(rest), 4)
-    fig = Figure(figsize=(4.2 * cols, 3.0 * rows))
+    fig = Figure(figsize=(4.2 * cols, 3.0 * rows), layout="constrained")
     for i, key in enumerate(rest):
         _panel(fig.add_subplot(rows, cols, i + 1), metrics, [key], key)
     fig.suptitle("other logged metrics", fontsize=11)
@@ -239,7 +274,7 @@ def _length_axis(ax: Axes, buckets: list[str], evals: Sequence[EvalResult]) -> N
 
 
 def accuracy_vs_length(evals: Sequence[EvalResult], path: Path) -> Path:
-    fig = Figure(figsize=(8, 4.6))
+    fig = Figure(figsize=(8, 4.6), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     buckets = _buckets(evals)
     for i, e in enumerate(evals):
@@ -266,7 +301,7 @@ def accuracy_vs_length(evals: Sequence[EvalResult], path: Path) -> Path:
 
 def accuracy_by_family(evals: Sequence[EvalResult], path: Path) -> Path:
     families = sorted({f for e in evals for f in groups(e.groups, "family")})
-    fig = Figure(figsize=(max(7, 1.3 * len(families) + 2), 4.4))
+    fig = Figure(figsize=(max(7, 1.3 * len(families) + 2), 4.4), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(evals))
     for i, e in enumerate(evals):
@@ -288,7 +323,7 @@ def accuracy_by_family(evals: Sequence[EvalResult], path: Path) -> Path:
 
 
 def cost_vs_length(evals: Sequence[EvalResult], path: Path) -> Path:
-    fig = Figure(figsize=(12, 4.2))
+    fig = Figure(figsize=(12, 4.2), layout="constrained")
     buckets = _buckets(evals)
     for k, (key, title) in enumerate(
         (
