@@ -215,6 +215,10 @@ def test_session_cap_counts_http_and_websocket_together(task):
         with FathomClient(base) as again:
             assert again.reset(task_id=task.id).task_id == task.id
         ws.close()
+        # the server notices the closed socket asynchronously: give it a bounded moment
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{base}/sessions").json()["active"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert httpx.get(f"{base}/sessions").json()["active"] == 0
 
 
