@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "data": "fathom.tasks.cli",
     "serve": "fathom.server.cli",
+    "demo": "fathom.server.demo_cli",
     "eval": "fathom.eval.cli",
     "report": "fathom.report.cli",
     "sft": "fathom.train.sft",

@@ -6,7 +6,8 @@
   session protocol (what `EnvClient` speaks), `/health`, `/schema`, `/metadata`, `/mcp`;
 - FATHOM's session-keyed HTTP routes, which take the paths OpenEnv's production mode leaves free:
   ``POST /reset`` → a new session, ``POST /step``, ``GET /state``, ``DELETE /session/{id}``,
-  ``GET /sessions`` (slot counts) and ``GET /healthz``.
+  ``GET /sessions`` (slot counts) and ``GET /healthz``;
+- the web demo (`fathom.server.demo`): the page at ``/`` and ``/demo``, live episodes, the trace browser.
 
 HTTP sessions and WebSocket connections share one cap (`SessionRegistry`); the idle reaper and the
 shutdown cleanup run from the app's lifespan, so every sandbox worker is closed on session close, idle
@@ -31,6 +32,7 @@ from openenv.core.env_server import HTTPEnvServer
 
 from fathom.env import EnvConfig, RLMAction, RLMObservation, RLMState, SubLM, TaskNotFound
 from fathom.sandbox import SandboxPool
+from fathom.server.demo import DemoConfig, mount_demo
 from fathom.server.protocol import (
     CloseResponse,
     HealthResponse,
@@ -65,6 +67,7 @@ def create_app(
     config: ServerConfig | None = None,
     sub_lm: SubLM | None = None,
     tasks: Sequence[Task] | None = None,
+    demo: DemoConfig | None = None,
 ) -> FastAPI:
     config = config or ServerConfig()
     registry = SessionRegistry(config.max_sessions, config.idle_timeout_s)
@@ -120,6 +123,7 @@ def create_app(
 
     _add_error_handlers(app)
     _add_session_routes(app, registry, make_env)
+    mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
     # Added last = outermost: auth first, then the body cap, then WebSocket slots.
     app.add_middleware(WebSocketGate, registry=registry)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)

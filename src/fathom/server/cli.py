@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fathom.server.demo_cli import add_demo_flags
+
 if TYPE_CHECKING:  # the environment (openenv, gradio) takes seconds to import: not for `fathom --help`
     from fathom.env import SubLM
 
@@ -111,6 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-body-mb", type=float, default=64.0, help="largest request body or WebSocket message"
     )
+    add_demo_flags(p)  # the web demo's trace browser and model policy (fathom.server.demo_cli)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -119,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fathom.server.app import ServerConfig, create_app, uvicorn_config
+    from fathom.server.demo_cli import demo_config
     from fathom.tasks import load_tasks
 
     token = read_token(args)
@@ -136,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         pool_size=args.pool,
     )
     tasks = load_tasks(args.tasks) if args.tasks else None
-    app = create_app(config, sub_lm=load_sub_lm(args.sub_lm, args.sub_lm_key_file), tasks=tasks)
+    sub_lm = load_sub_lm(args.sub_lm, args.sub_lm_key_file)
+    app = create_app(config, sub_lm=sub_lm, tasks=tasks, demo=demo_config(args))
     uvicorn.Server(uvicorn_config(app, args.host, args.port, log_level=args.log_level)).run()
     return 0
