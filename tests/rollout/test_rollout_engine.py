@@ -134,3 +134,27 @@ def test_crash_and_timeout_end_only_their_episode(tiny, tasks):
     assert "TimeoutError" in hung.trace["turns"][0]["observation"]
     assert crashed.reward == hung.reward == 0.0 and crashed.end_reason == hung.end_reason == "max_iterations"
     assert fine.breakdown["correct"] and fine.end_reason == "answered"
+
+
+def test_sub_calls_can_bypass_the_adapter():
+    import asyncio
+
+    from fathom.env import SubLMRequest
+    from fathom.models import LoraSpec, ModelSpec, load_model
+
+    torch.manual_seed(0)
+    model, tok = load_model(ModelSpec(name="tiny-smol", lora=LoraSpec(r=4, alpha=64)))
+    with torch.no_grad():  # LoRA starts as a no-op (B = 0): make the adapter change the model
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    chat = ChatFormat(tok)
+    backend = HFBackend(model, tok)
+    greedy = Sampling(max_new_tokens=6, temperature=0)
+    request = [SubLMRequest("Say something.", "text " * 20)]
+    with_adapter = asyncio.run(EngineSubLM(backend, chat, greedy, 256).complete(request))
+    without = asyncio.run(EngineSubLM(backend, chat, greedy, 256, use_adapters=False).complete(request))
+    with model.disable_adapter():
+        base = asyncio.run(EngineSubLM(backend, chat, greedy, 256).complete(request))
+    assert without[0].text == base[0].text
+    assert with_adapter[0].text != base[0].text

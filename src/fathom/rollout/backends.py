@@ -58,13 +58,15 @@ class HFBackend:
         self,
         model: Any,
         tokenizer: Any,
-        mode: str = "plain",
+        mode: str = "auto",
         max_cache_len: int = 8192,
         graph_max_new: int = 512,
         fuse: bool = False,
     ) -> None:
+        if mode == "auto":  # by measurement (bench/RESULTS.md): the graph decoder on a GPU, plain on a CPU
+            mode = "graph" if next(model.parameters()).device.type == "cuda" else "plain"
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise ValueError(f"mode must be 'auto' or one of {MODES}, got {mode!r}")
         self.model, self.tokenizer, self.mode, self.max_cache_len = model, tokenizer, mode, max_cache_len
         # "graph": one decoder (and one CUDA graph per batch bucket) for a fixed number of new tokens; shorter
         # requests are cut afterwards, so a turn's varying budget never triggers a new capture.

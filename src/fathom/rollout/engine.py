@@ -68,13 +68,18 @@ class Rollout:
 class EngineSubLM:
     """Answers `llm()` from every episode with the policy's own backend, batched across episodes."""
 
-    def __init__(self, backend: Backend, chat: ChatFormat, sampling: Sampling, max_input_tokens: int) -> None:
-        self.backend, self.chat, self.sampling, self.max_input_tokens = (
-            backend,
-            chat,
-            sampling,
-            max_input_tokens,
-        )
+    def __init__(
+        self,
+        backend: Backend,
+        chat: ChatFormat,
+        sampling: Sampling,
+        max_input_tokens: int,
+        use_adapters: bool = True,
+    ) -> None:
+        """`use_adapters=False`: a PEFT policy answers sub-calls with its adapters switched off (the base
+        model reads, the trained adapter only orchestrates)."""
+        self.backend, self.chat, self.sampling = backend, chat, sampling
+        self.max_input_tokens, self.use_adapters = max_input_tokens, use_adapters
         self._batcher: RequestBatcher[SubLMRequest, SubLMReply] = RequestBatcher(self._run)
 
     @property
@@ -97,9 +102,16 @@ class EngineSubLM:
         cut = SubLMRequest(request.prompt, tok.decode(chunk[: max(0, room)]))
         return self.chat.prompt_ids("Answer briefly and exactly.", render_request(cut))
 
+    def _generate(self, encoded: list[list[int]]) -> list[Any]:
+        model = getattr(self.backend, "model", None)
+        if self.use_adapters or not hasattr(model, "disable_adapter"):
+            return self.backend.generate(encoded, self.sampling)
+        with model.disable_adapter():
+            return self.backend.generate(encoded, self.sampling)
+
     async def _run(self, requests: list[SubLMRequest]) -> list[SubLMReply]:
         encoded = [self._encode(r) for r in requests]
-        gens = await asyncio.to_thread(self.backend.generate, encoded, self.sampling)
+        gens = await asyncio.to_thread(self._generate, encoded)
         return [
             SubLMReply(self.chat.turn_text(g.ids).strip(), len(e), len(g.ids))
             for e, g in zip(encoded, gens, strict=True)
