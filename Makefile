@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := bubblewrap fortunes python3.11-doc
+APT_PACKAGES := bubblewrap fortunes python3.11-doc chromium chromium-driver
 CORPORA_DIR  ?= $(HOME)/.cache/fathom/corpora
 
 .PHONY: setup system corpora test test-slow test-all quickstart lint bench clean

@@ -86,7 +86,11 @@ def test_training_record_view(runs):
 
 
 def test_eval_trace_joins_its_eval_row(runs):
-    view = read_trace(resolve_trace_file(runs, "eval-run/traces.jsonl"), 0)
+    with (runs / "eval-run" / "eval.jsonl").open("a") as f:
+        f.write('{"id": "cut-off-mid-wri')  # a run still writing
+    path = resolve_trace_file(runs, "eval-run/traces.jsonl")
+    assert summaries(path)[0]["reward"] == 1.1 and summaries(path)[0]["correct"] is True
+    view = read_trace(path, 0)
     assert view["end"]["reward"] == 1.1 and view["end"]["breakdown"]["correct"] is True
     assert view["task"]["gold"] == view["end"]["answer"] and view["labels"] == {"policy": "expert"}
 

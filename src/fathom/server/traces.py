@@ -107,14 +107,39 @@ def _parse(line: str, number: int) -> dict[str, Any]:
     return record
 
 
+def _eval_outcomes(path: Path) -> dict[str, dict[str, Any]]:
+    """`fathom eval`'s rows beside a trace file, by task id ({} when there are none)."""
+    rows = path.parent / EVAL_ROWS
+    outcomes: dict[str, dict[str, Any]] = {}
+    if not rows.is_file():
+        return outcomes
+    for line in _lines(rows):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a run still writing leaves a partial last line
+            continue
+        if isinstance(row, dict) and "id" in row:
+            outcomes[row["id"]] = row
+    return outcomes
+
+
+def _joined(record: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """An eval trace line ``{"id", "trace"}`` with its outcome from eval.jsonl beside it."""
+    row = outcomes.get(record.get("id"))
+    if row is None or "breakdown" in record or "trace" not in record:
+        return record
+    return {**row, "trace": record["trace"]}
+
+
 def summaries(path: Path, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
     """One row per line in [offset, offset + limit): what the file browser lists."""
+    outcomes = _eval_outcomes(path)
     rows = []
     for number, line in islice(enumerate(_lines(path)), offset, offset + limit):
         if not line.strip():
             continue
         try:
-            view = trace_view(_parse(line, number))
+            view = trace_view(_joined(_parse(line, number), outcomes))
         except TraceFormatError as exc:  # a bad line is listed as such; the others stay browsable
             rows.append({"line": number, "problem": str(exc)})
             continue
@@ -139,14 +164,7 @@ def read_trace(path: Path, number: int) -> dict[str, Any]:
     line = next(islice(_lines(path), number, None), None) if number >= 0 else None
     if line is None or not line.strip():
         raise TraceNotFound(f"{path.name} has no trace on line {number}")
-    record = _parse(line, number)
-    view = trace_view(record)
-    eval_rows = path.parent / EVAL_ROWS
-    if view["end"]["breakdown"] is None and "id" in record and eval_rows.is_file():
-        row = next((r for r in map(json.loads, _lines(eval_rows)) if r.get("id") == record["id"]), None)
-        if row is not None:
-            view = trace_view({**row, "trace": record["trace"]})
-    return view
+    return trace_view(_joined(_parse(line, number), _eval_outcomes(path)))
 
 
 def _first(*values: Any) -> Any:

@@ -145,7 +145,7 @@ const viewer = {
   end(end) {
     const b = end.breakdown;
     const verdict = b ? (b.correct ? "correct" : "wrong") : end.answer == null ? "no answer" : "ungraded";
-    const card = el("section", { class: "card end-card", id: "result" },
+    const card = el("section", { class: `card end-card ${verdict.replace(" ", "-")}`, id: "result" },
       el("header", { class: "turn-head" }, el("h2", {}, "Result"),
         el("span", { class: `verdict ${verdict.replace(" ", "-")}`, id: "verdict" }, verdict)),
       el("div", { class: "versus" },
@@ -325,7 +325,7 @@ async function loadRuns() {
     const runs = await getJSON("/demo/api/runs");
     $("runs-root").textContent = `${runs.files.length} trace file${runs.files.length === 1 ? "" : "s"} under ${runs.root}`;
     select.replaceChildren(...runs.files.map((f) =>
-      el("option", { value: f.file }, `${f.file} (${fmtInt(f.lines)} episodes)`)));
+      el("option", { value: f.file }, `${f.file} (${fmtInt(f.lines)} episode${f.lines === 1 ? "" : "s"})`)));
     if (runs.files.length) await loadTraceList(true);
   } catch (err) {
     $("runs-root").textContent = err.message;
