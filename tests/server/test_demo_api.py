@@ -5,13 +5,16 @@ mid-episode, the trace endpoints, the page itself, and the CLI flags."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from server_support import running_server
+from server_support import REPO, running_server, wait_healthy
 
 from fathom.cli import build_parser
 from fathom.server import ServerConfig, create_app
@@ -186,6 +189,21 @@ def test_page_and_static_files(url):
     for name in ("demo.js", "demo.css"):
         assert httpx.get(f"{url}/demo/static/{name}").status_code == 200
     assert "innerHTML" not in httpx.get(f"{url}/demo/static/demo.js").text
+
+
+def test_fathom_demo_prints_a_url_that_serves_the_page(tmp_path):
+    cmd = [sys.executable, "-m", "fathom", "demo", "--port", "0", "--pool", "0", "--runs", str(FIXTURES)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        page = re.search(r"(http://127\.0\.0\.1:\d+)/demo", line)
+        assert page, line
+        wait_healthy(page.group(1), proc)
+        assert "FATHOM" in httpx.get(page.group(0)).text
+        assert httpx.get(f"{page.group(1)}/demo/api/options").json()["runs"] is True
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_cli_flags(tmp_path):

@@ -177,7 +177,9 @@ def mount_demo(
     app.include_router(router)
 
 
-async def _events(episode: AsyncIterator[tuple[str, dict[str, Any]]], release: Callable[[], None]) -> Any:
+async def _events(
+    episode: AsyncIterator[tuple[str, dict[str, Any]]], release: Callable[[], None]
+) -> AsyncIterator[bytes]:
     try:
         async for event, data in episode:
             yield _sse(event, data)
