@@ -66,8 +66,6 @@ def test_openai_sub_lm_against_a_real_local_endpoint(tiny):
         try:
             env.reset(task=generate_task("niah", 0, 8192))
             obs = env.step(RLMAction(text=CALL))
-            assert (
-                "NotFoundError" in obs.text and "404" in obs.text
-            )  # an error for the model, not a crash
+            assert "NotFoundError" in obs.text and "404" in obs.text  # an error for the model, not a crash
         finally:
             env.close()
