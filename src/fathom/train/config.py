@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.reward.config import RewardConfig
+from fathom.rollout.backends import MODES
 
 
 class ConfigError(ValueError):
@@ -87,8 +88,13 @@ class RolloutSection:
     temperature: float = 1.0
     top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
     top_k: int = 0
-    generation_mode: str = "plain"  # fathom.rollout.HFBackend mode: plain | static
-    max_cache_len: int = 8192  # static mode only
+    generation_mode: str = (
+        "auto"  # fathom.rollout.HFBackend: auto (graph on CUDA, plain on CPU) | plain | static | graph
+    )
+    max_cache_len: int = 8192  # static and graph modes
+    graph_fuse: bool = (
+        False  # graph mode: inductor-fuse the decode step (~50 s compile per shape, ~2x faster)
+    )
     sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
     sub_lm_url: str = ""  # openai only: http://host:port/v1
     sub_lm_model: str = ""
@@ -102,7 +108,15 @@ class RolloutSection:
     def __post_init__(self) -> None:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
         _positive("rollout", self, "temperature", "top_k", allow_zero=True)
-        _one_of("rollout", "generation_mode", self.generation_mode, ("plain", "static"))
+        _one_of("rollout", "generation_mode", self.generation_mode, ("auto", *MODES))
+        if self.generation_mode in ("auto", "graph") and (
+            self.top_p < 1 or self.top_k or self.sub_max_new_tokens > self.max_new_tokens
+        ):
+            raise ConfigError(
+                "rollout.generation_mode 'graph' (and 'auto' on a GPU) samples the full distribution for at most "
+                "max_new_tokens: "
+                "it needs top_p = 1, top_k = 0 and sub_max_new_tokens <= max_new_tokens"
+            )
         _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))
         _one_of("rollout", "lockstep", self.lockstep, ("auto", "on", "off"))
         if not 0 < self.top_p <= 1:
@@ -111,6 +125,11 @@ class RolloutSection:
             raise ConfigError("rollout.sub_lm = 'openai' needs rollout.sub_lm_url and rollout.sub_lm_model")
         if not 0 < self.cell_soft_timeout_s < self.cell_hard_timeout_s:
             raise ConfigError("need 0 < rollout.cell_soft_timeout_s < rollout.cell_hard_timeout_s")
+        if self.max_depth not in (0, 1):
+            raise ConfigError(
+                f"rollout.max_depth must be 0 or 1 in training (got {self.max_depth}): deeper sub-calls are RLM "
+                "episodes of their own, which the trainer does not drive yet"
+            )
 
 
 @dataclass(frozen=True)
@@ -133,9 +152,7 @@ class GRPOSection:
     mask_truncated_completions: bool = False
     bf16: str = "auto"  # auto (on for CUDA with bf16 support) | true | false
     optim: str = "adamw_torch"
-    use_vllm: bool = False
-    vllm_mode: str = "server"  # server | colocate (see configs/accelerate/README.md)
-    vllm_server_base_url: str = ""
+    use_vllm: bool = False  # not wired into the rollout engine yet: see configs/accelerate/README.md
 
     def __post_init__(self) -> None:
         _positive("grpo", self, "max_steps", "learning_rate", "per_device_train_batch_size")
@@ -154,7 +171,11 @@ class GRPOSection:
         _one_of("grpo", "loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"))
         _one_of("grpo", "scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _one_of("grpo", "bf16", self.bf16, ("auto", "true", "false"))
-        _one_of("grpo", "vllm_mode", self.vllm_mode, ("server", "colocate"))
+        if self.use_vllm:
+            raise ConfigError(
+                "grpo.use_vllm = true: vLLM generation is not wired into FATHOM's rollout engine yet (TRL would sync "
+                "weights to a server the engine never calls). Use HF generation; see configs/accelerate/README.md"
+            )
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,7 @@ class SFTConfig:
     teacher_concurrency: int = 8
     num_tasks: int = 64
     tier: int = 0  # curriculum tier the SFT tasks are drawn from
+    max_turns: int = 8  # the expert needs 2-4; a teacher may take more
     seed: int = 7
     epochs: float = 2.0
     learning_rate: float = 2e-4
@@ -296,7 +318,16 @@ class SFTConfig:
             raise ConfigError("sft.source = 'openai' needs sft.teacher_url and sft.teacher_model")
         if self.source == "file" and not self.transcripts:
             raise ConfigError("sft.source = 'file' needs sft.transcripts")
-        _positive("sft", self, "num_tasks", "epochs", "learning_rate", "max_length", "teacher_concurrency")
+        _positive(
+            "sft",
+            self,
+            "num_tasks",
+            "epochs",
+            "learning_rate",
+            "max_length",
+            "teacher_concurrency",
+            "max_turns",
+        )
 
 
 @dataclass(frozen=True)
@@ -315,6 +346,10 @@ class TrainConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
 
     def __post_init__(self) -> None:
+        if self.rollout.sub_lm == "base" and not self.model.lora:
+            raise ConfigError(
+                "rollout.sub_lm = 'base' (adapters off for llm()) needs a LoRA policy: model.lora = true"
+            )
         # A correct answer carrying the largest penalty must still beat any wrong one.
         least_correct = (
             self.reward.format_weight + self.reward.correctness_weight * self.reward.correct_threshold
