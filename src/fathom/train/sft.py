@@ -1,0 +1,238 @@
+"""``fathom sft``: warm-start a policy on correct REPL transcripts, with loss on the policy's own tokens only.
+
+    fathom sft --config configs/tiny-cpu.toml [--sft.source=openai --sft.teacher_url=... --sft.teacher_model=...]
+
+1. Transcripts: ``sft.num_tasks`` tasks of curriculum tier ``sft.tier`` played through the real environment
+   by the rollout engine, so each transcript is token-exact for the student: ``prompt_ids``,
+   ``completion_ids`` (policy turns and REPL outputs in order) and ``env_mask``. The policy is the scripted
+   expert (``source = "expert"``, its ``llm()`` calls read by the simulated reader) or any teacher behind an
+   OpenAI-compatible endpoint (``"openai"``; it also answers the ``llm()`` calls), or a transcripts file
+   written earlier (``"file"``). All are saved to ``RUN/transcripts.jsonl``; only correct ones are trained on.
+2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
+   every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
+3. The assistant-token loss on the training transcripts before and after, in ``RUN/summary.json``; the
+   adapter (or full model) and a merged 16-bit model in ``RUN/final`` — the starting point of `fathom grpo`
+   (``--model.init_from=RUN/final/adapter``).
+
+This module does not evaluate the policy on held-out tasks; `fathom eval` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from fathom.train import checkpoint
+from fathom.train.cli import add_config_arguments, config_from_args
+from fathom.train.config import TrainConfig, dump_toml
+from fathom.train.runlog import JsonlWriter, read_jsonl, report_to
+
+BATCH = 16  # episodes in flight at once while collecting
+
+
+def sft_tasks(config: TrainConfig) -> list[Any]:
+    from fathom.train.tasksource import TaskSource
+
+    source = TaskSource(config.curriculum.tiers, config.sft.seed, config.data.train_tasks or None)
+    tier = config.sft.tier % len(config.curriculum.tiers)
+    return [source.generate(tier, i, "sft") for i in range(config.sft.num_tasks)]
+
+
+def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -> list[dict[str, Any]]:
+    """Play `tasks` with the expert or the teacher; one record per episode, correct or not."""
+    from fathom.env import EnvConfig, OpenAISubLM, RLMEnvironment
+    from fathom.env.expert import expert_reader
+    from fathom.rollout import ChatFormat, RolloutConfig, RolloutEngine, Sampling
+    from fathom.rollout.policies import expert_backend
+    from fathom.train.teacher import TeacherBackend
+
+    s, r = config.sft, config.rollout
+    chat = ChatFormat(tokenizer, chat=config.model.chat)
+    if s.source == "expert":
+        backend: Any = expert_backend(chat, tasks)
+        reader: Any = expert_reader()
+    else:
+        backend = TeacherBackend(
+            chat,
+            s.teacher_url,
+            s.teacher_model,
+            s.teacher_api_key_env,
+            s.teacher_temperature,
+            s.teacher_concurrency,
+        )
+        reader = OpenAISubLM(s.teacher_url, s.teacher_model, max_tokens=r.sub_max_new_tokens)
+    env_config = EnvConfig(max_iterations=s.max_turns, max_episode_tokens=s.max_length, reward=config.reward)
+    engine = RolloutEngine(
+        backend,
+        chat,
+        lambda: RLMEnvironment(env_config, sub_lm=reader),
+        RolloutConfig(
+            max_turns=s.max_turns,
+            max_total_tokens=s.max_length,
+            sampling=Sampling(max_new_tokens=min(s.max_length, 4096), temperature=s.teacher_temperature),
+        ),
+    )
+    records = []
+    for start in tqdm(range(0, len(tasks), BATCH), desc=f"{s.source} transcripts", unit="batch"):
+        batch = tasks[start : start + BATCH]
+        for task, rollout in zip(batch, asyncio.run(engine.run(batch)), strict=True):
+            b = rollout.breakdown or {}
+            records.append(
+                {
+                    "task_id": task.id,
+                    "family": task.family,
+                    "length_tokens": task.length_tokens,
+                    "correct": bool(b.get("correct")),
+                    "reward": rollout.reward,
+                    "end_reason": rollout.end_reason,
+                    "turns": rollout.turns,
+                    "prompt_ids": rollout.prompt_ids,
+                    "completion_ids": rollout.completion_ids,
+                    "env_mask": rollout.env_mask,
+                }
+            )
+    return records
+
+
+def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
+    """A pre-tokenized SFT row: loss only where the policy sampled (``assistant_masks`` = 1)."""
+    prompt, completion, mask = record["prompt_ids"], record["completion_ids"], record["env_mask"]
+    if len(completion) != len(mask):
+        raise ValueError(f"transcript {record['task_id']}: completion and env_mask lengths differ")
+    return {"input_ids": prompt + completion, "assistant_masks": [0] * len(prompt) + list(mask)}
+
+
+def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
+    """Mean next-token loss over assistant tokens (the quantity SFT minimises), one example at a time."""
+    import torch
+
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for ex in examples:
+            ids = torch.tensor([ex["input_ids"]], device=device)
+            labels = ids.clone()
+            labels[0, torch.tensor(ex["assistant_masks"], device=device) == 0] = -100
+            n = int((labels[0, 1:] != -100).sum())
+            total += float(model(input_ids=ids, labels=labels).loss) * n
+            count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def run_sft(config: TrainConfig) -> dict[str, Any]:
+    from datasets import Dataset
+    from transformers import TrainerCallback, set_seed
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    from fathom.models import load_tokenizer
+    from fathom.models.loading import ModelSpec
+    from fathom.train.policy import device_for, load_policy, merge_base, use_bf16
+
+    s = config.sft
+    run_dir = Path(config.run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_toml(config), encoding="utf-8")
+    started = time.perf_counter()
+    if s.source == "file":
+        records = read_jsonl(s.transcripts)
+    else:
+        tokenizer = load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat))
+        records = collect_transcripts(config, tokenizer, sft_tasks(config))
+        with (run_dir / "transcripts.jsonl").open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    collect_s = time.perf_counter() - started
+    examples = [
+        to_example(r)
+        for r in records
+        if r["correct"] and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
+    ]
+    if not examples:
+        raise RuntimeError(
+            f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
+        )
+
+    device = device_for(config.run.device)
+    set_seed(config.run.seed)
+    model, tokenizer = load_policy(config.model, device)
+    loss_before = assistant_loss(model, examples)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # SFT does not resume: a rerun starts a new curve
+    metrics = JsonlWriter(run_dir / "metrics.jsonl")
+
+    class LogToJsonl(TrainerCallback):
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+        ) -> None:
+            if logs is not None and state.is_world_process_zero:
+                metrics.write({"step": state.global_step, "time": time.time(), **logs})
+
+    args = TRLSFTConfig(
+        output_dir=str(run_dir),
+        num_train_epochs=s.epochs,
+        learning_rate=s.learning_rate,
+        per_device_train_batch_size=s.per_device_train_batch_size,
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        max_length=s.max_length,
+        packing=False,
+        assistant_only_loss=False,  # the mask comes with the data (assistant_masks), not from a template
+        logging_steps=1,
+        save_strategy="no",
+        report_to=report_to(config.logging, run_dir) or "none",
+        disable_tqdm=not config.logging.progress,
+        use_cpu=device == "cpu",
+        bf16=use_bf16(config.grpo.bf16, device),
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        seed=config.run.seed,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+        callbacks=[LogToJsonl()],
+    )
+    result = trainer.train()
+    loss_after = assistant_loss(model, examples)
+    exported = checkpoint.export(
+        model, tokenizer, run_dir / "final", merge_base(config.model), config.checkpoint
+    )
+    metrics.close()
+    summary = {
+        "source": s.source,
+        "transcripts": len(records),
+        "correct": sum(r["correct"] for r in records),
+        "trained_on": len(examples),
+        "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
+        "collect_s": round(collect_s, 2),
+        "train_loss": result.training_loss,
+        "assistant_loss_before": loss_before,
+        "assistant_loss_after": loss_after,
+        "exported": exported,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    summary = run_sft(config_from_args(args))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sft",
+        help="SFT warm start on expert or teacher REPL transcripts (assistant tokens only)",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_config_arguments(parser, default_run_dir="runs/sft")
+    parser.set_defaults(func=main)
