@@ -81,3 +81,13 @@ def test_every_key_is_a_flag_and_the_run_dir_defaults_per_command():
     with pytest.raises(SystemExit):  # a misspelt key is an argparse error, before anything loads
         parser.parse_args(["--grpo.max_stepz=3"])
     assert TrainConfig().run.run_dir == ""
+
+
+def test_print_config_shows_every_key_resolved(capsys):
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, default_run_dir="runs/grpo")
+    assert config_from_args(parser.parse_args(["--print-config", "--penalty.init=0.1"])) is None
+    printed = capsys.readouterr().out
+    assert (
+        'run_dir = "runs/grpo"' in printed and "init = 0.1" in printed and "[[curriculum.tiers]]" in printed
+    )

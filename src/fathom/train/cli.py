@@ -11,13 +11,16 @@ import argparse
 import dataclasses
 import typing
 
-from fathom.train.config import TrainConfig, load_config
+from fathom.train.config import TrainConfig, dump_toml, load_config
 
 _DEST = "override__"
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, default_run_dir: str) -> None:
     parser.add_argument("--config", help="recipe TOML (configs/*.toml); defaults apply where it is silent")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (every key, as TOML) and exit"
+    )
     parser.set_defaults(default_run_dir=default_run_dir)
     sections = typing.get_type_hints(TrainConfig)
     group = parser.add_argument_group("overrides (any config key; value parsed as TOML)")
@@ -45,11 +48,15 @@ def overrides_from_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The recipe file plus command-line overrides; the run dir defaults per command when neither sets it."""
+def config_from_args(args: argparse.Namespace) -> TrainConfig | None:
+    """The recipe file plus command-line overrides; the run dir defaults per command when neither sets it.
+    None after ``--print-config`` has printed it: the command has nothing more to do."""
     config = load_config(args.config, overrides_from_args(args))
     if not config.run.run_dir:
         config = dataclasses.replace(
             config, run=dataclasses.replace(config.run, run_dir=args.default_run_dir)
         )
+    if args.print_config:
+        print(dump_toml(config), end="")
+        return None
     return config

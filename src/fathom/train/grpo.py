@@ -248,6 +248,8 @@ def run_grpo(
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if config is None:  # --print-config
+        return 0
     summary = run_grpo(config)
     print(json.dumps({k: summary[k] for k in ("steps", "resumed_from", "exported")}, indent=2))
     return 0

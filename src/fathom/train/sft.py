@@ -223,7 +223,10 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    summary = run_sft(config_from_args(args))
+    config = config_from_args(args)
+    if config is None:  # --print-config
+        return 0
+    summary = run_sft(config)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -230,7 +230,10 @@ class Smoke:
 
 
 def main(args: argparse.Namespace) -> int:
-    smoke = Smoke(config_from_args(args))
+    config = config_from_args(args)
+    if config is None:  # --print-config
+        return 0
+    smoke = Smoke(config)
     smoke.run_dir.mkdir(parents=True, exist_ok=True)
     for old in smoke.run_dir.glob("checkpoint-*"):  # a smoke run always starts fresh
         shutil.rmtree(old)
