@@ -67,7 +67,7 @@ def main() -> None:
     args = parse()
     import torch
 
-    from fathom.train.config import load_config
+    from fathom.train.configfile import load_config
     from fathom.train.grpo import build_grpo
     from fathom.train.runlog import read_jsonl
 

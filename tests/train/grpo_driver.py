@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fathom.train.config import load_config
+from fathom.train.configfile import load_config
 from fathom.train.grpo import run_grpo
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny-cpu.toml"

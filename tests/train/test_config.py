@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from fathom.train.cli import add_config_arguments, config_from_args
-from fathom.train.config import ConfigError, TrainConfig, dump_toml, load_config, parse_overrides
+from fathom.train.config import ConfigError, TrainConfig
+from fathom.train.configfile import dump_toml, load_config, parse_overrides
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 

@@ -15,7 +15,7 @@ from fathom.env.expert import expert_turn
 from fathom.env.parsing import code_blocks
 from fathom.env.prompts import system_prompt
 from fathom.models import ModelSpec, load_tokenizer
-from fathom.train.config import load_config
+from fathom.train.configfile import load_config
 from fathom.train.sft import collect_transcripts, run_sft, sft_tasks, to_example
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny-cpu.toml"

@@ -1,6 +1,6 @@
 """Training: SFT warm-start on REPL transcripts and GRPO with the environment inside the rollout loop.
 
-- `config`: every knob, as frozen dataclasses loaded from a recipe TOML with ``--section.key=value`` overrides.
+- `config`, `configfile`: every knob as frozen dataclasses; recipe TOML with ``--section.key=value`` overrides.
 - `recipe`, `control`: the lab recipe's pure parts (curriculum, Lagrangian token penalty, rank bonus) and
   live steering through a control file.
 - `tasksource`: which task each GRPO group gets (curriculum tier, step, slot), and the fixed eval set.

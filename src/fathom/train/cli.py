@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 import typing
 
-from fathom.train.config import TrainConfig, dump_toml, load_config
+from fathom.train.config import TrainConfig
+from fathom.train.configfile import dump_toml, load_config
 
 _DEST = "override__"
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from fathom.train import checkpoint
 from fathom.train.cli import add_config_arguments, config_from_args
-from fathom.train.config import ConfigError, TrainConfig, dump_toml
+from fathom.train.config import ConfigError, TrainConfig
+from fathom.train.configfile import dump_toml
 from fathom.train.control import ControlFile
 from fathom.train.recipe import RecipeState, initial_state
 from fathom.train.runlog import JsonlWriter, report_to, truncate_after

@@ -10,9 +10,9 @@
    written earlier (``"file"``). All are saved to ``RUN/transcripts.jsonl``; only correct ones are trained on.
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
-3. The assistant-token loss on the training transcripts before and after, in ``RUN/summary.json``; the
-   adapter (or full model) and a merged 16-bit model in ``RUN/final`` — the starting point of `fathom grpo`
-   (``--model.init_from=RUN/final/adapter``).
+3. The assistant-token loss on (the first 64 of) the training transcripts before and after, in
+   ``RUN/summary.json``; the adapter (or full model) and a merged 16-bit model in ``RUN/final``: the
+   starting point of `fathom grpo` (``--model.init_from=RUN/final/adapter``).
 
 This module does not evaluate the policy on held-out tasks; `fathom eval` does.
 """
@@ -30,10 +30,12 @@ from tqdm import tqdm
 
 from fathom.train import checkpoint
 from fathom.train.cli import add_config_arguments, config_from_args
-from fathom.train.config import TrainConfig, dump_toml
+from fathom.train.config import TrainConfig
+from fathom.train.configfile import dump_toml
 from fathom.train.runlog import JsonlWriter, read_jsonl, report_to
 
 BATCH = 16  # episodes in flight at once while collecting
+LOSS_PROBE = 64  # transcripts the before/after assistant loss is measured on
 
 
 def sft_tasks(config: TrainConfig) -> list[Any]:
@@ -129,6 +131,7 @@ def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
 
 
 def run_sft(config: TrainConfig) -> dict[str, Any]:
+    from accelerate import PartialState
     from datasets import Dataset
     from transformers import TrainerCallback, set_seed
     from trl import SFTConfig as TRLSFTConfig
@@ -141,15 +144,19 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     s = config.sft
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(dump_toml(config), encoding="utf-8")
+    (run_dir / "config.toml").write_text(dump_toml(config), encoding="utf-8")  # same text from every rank
+    dist = PartialState()
     started = time.perf_counter()
-    if s.source == "file":
-        records = read_jsonl(s.transcripts)
-    else:
+    transcripts = Path(s.transcripts) if s.source == "file" else run_dir / "transcripts.jsonl"
+    if s.source != "file" and dist.is_main_process:  # collected once; every rank trains on the same file
         tokenizer = load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat))
         records = collect_transcripts(config, tokenizer, sft_tasks(config))
-        with (run_dir / "transcripts.jsonl").open("w", encoding="utf-8") as f:
+        tmp = transcripts.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
+        tmp.replace(transcripts)
+    dist.wait_for_everyone()
+    records = read_jsonl(transcripts)
     collect_s = time.perf_counter() - started
     examples = [
         to_example(r)
@@ -164,9 +171,11 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     device = device_for(config.run.device)
     set_seed(config.run.seed)
     model, tokenizer = load_policy(config.model, device)
-    loss_before = assistant_loss(model, examples)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # SFT does not resume: a rerun starts a new curve
-    metrics = JsonlWriter(run_dir / "metrics.jsonl")
+    probe = examples[:LOSS_PROBE]
+    loss_before = assistant_loss(model, probe)
+    if dist.is_main_process:
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # SFT does not resume: a rerun starts a new curve
+    metrics = JsonlWriter(run_dir / "metrics.jsonl", enabled=dist.is_main_process)
 
     class LogToJsonl(TrainerCallback):
         def on_log(
@@ -201,10 +210,16 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         callbacks=[LogToJsonl()],
     )
     result = trainer.train()
-    loss_after = assistant_loss(model, examples)
-    exported = checkpoint.export(
-        model, tokenizer, run_dir / "final", merge_base(config.model), config.checkpoint
-    )
+    loss_after = assistant_loss(model, probe)
+    exported: dict[str, str] = {}
+    if dist.is_main_process:
+        exported = checkpoint.export(
+            trainer.accelerator.unwrap_model(trainer.model),
+            tokenizer,
+            run_dir / "final",
+            merge_base(config.model),
+            config.checkpoint,
+        )
     metrics.close()
     summary = {
         "source": s.source,
@@ -218,7 +233,8 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "assistant_loss_after": loss_after,
         "exported": exported,
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if dist.is_main_process:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
 

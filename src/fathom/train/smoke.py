@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from fathom.train.cli import add_config_arguments, config_from_args
-from fathom.train.config import TrainConfig, config_from_dict, merge, to_dict
+from fathom.train.config import TrainConfig
+from fathom.train.configfile import config_from_dict, merge, to_dict
 
 SHRINK = {
     "grpo": {
@@ -42,7 +43,7 @@ SHRINK = {
         "per_device_train_batch_size": 2,
         "gradient_accumulation_steps": 1,
     },
-    "rollout": {"max_turns": 2, "max_new_tokens": 24, "max_total_tokens": 160},
+    "rollout": {"max_turns": 2, "max_new_tokens": 24, "max_total_tokens": 160, "sub_max_new_tokens": 16},
     "eval": {"every": 0},
     "checkpoint": {"export_merged": False},
     "logging": {"progress": False, "tensorboard": False, "wandb": False},
