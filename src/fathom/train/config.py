@@ -85,9 +85,7 @@ class RolloutSection:
         "auto"  # fathom.rollout.HFBackend: auto (graph on CUDA, plain on CPU) | plain | static | graph
     )
     max_cache_len: int = 8192  # static and graph modes
-    graph_fuse: bool = (
-        False  # graph mode: inductor-fuse the decode step (~50 s compile per shape, ~2x faster)
-    )
+    graph_fuse: bool = False  # graph mode: inductor-fuse the step (~50 s compile per shape, ~2x faster)
     sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
     sub_lm_url: str = ""  # openai only: http://host:port/v1
     sub_lm_model: str = ""

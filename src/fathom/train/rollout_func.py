@@ -145,9 +145,17 @@ class FathomRollout:
         """Every task's episode with the trainer's current weights; returns the rollouts and generation timing."""
         r = self.config.rollout
         with policy_model(trainer) as model:
-            inner: Any = HFBackend(
-                model, self.tokenizer, mode=r.generation_mode, max_cache_len=r.max_cache_len
-            )
+            # Kept across steps: the weights are updated in place, so a graph decoder's captures stay valid.
+            if self._backend is None or self._backend.model is not model:
+                self._backend = HFBackend(
+                    model,
+                    self.tokenizer,
+                    mode=r.generation_mode,
+                    max_cache_len=r.max_cache_len,
+                    graph_max_new=max(r.max_new_tokens, r.sub_max_new_tokens),  # turns and llm() replies
+                    fuse=r.graph_fuse,
+                )
+            inner: Any = self._backend
             lockstep = None
             if needs_lockstep(trainer, r.lockstep):
                 lockstep = inner = LockstepBackend(inner, self.chat.prompt_ids("", "ok"))
