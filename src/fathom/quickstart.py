@@ -1,143 +1,131 @@
 """`fathom quickstart`: the embedded default job, on a CPU, with no hub and no key.
 
-Today it builds a small dataset from the offline corpora, runs the expert policy through the real
-environment (jailed REPL workers, `llm()` answered by the simulated reader) on the held-out split, and prints
-a table of accuracy, reward, turns and sub-calls per family, writing ``RUN_DIR/expert_eval.jsonl`` and
-``RUN_DIR/summary.json``. Training and the model baselines join it as those stages land.
+Every stage is the real command, run in this process on a small scale:
 
-This module orchestrates; it adds no logic of its own to the stages it calls.
+1. `fathom data build` — a small held-out split at 8K and 32K tokens (4x–16x the tiny model's window);
+2. `fathom eval` of the scripted **expert** (the upper bound), the model answering **directly** from the
+   document truncated to its window (what the original FATHOM trained), and the same untrained model
+   **in the scaffold** (`rlm`);
+3. `fathom sft` on expert transcripts, then a few steps of `fathom grpo` with the environment in the loop;
+4. `fathom eval` of the trained model in the scaffold, and `fathom report` (PNG plots + HTML).
+
+The model is the tiny random-initialised `tiny-smol` (configs/tiny-cpu.toml): SmolLM2-135M takes over a
+minute per turn on two cores, which does not fit training and four evaluations into 15 minutes. So the
+figures are real but prove the pipeline, not learning; `configs/smollm2-135m-gpu.toml` is the recipe that
+learns (see README). This module only sequences the stages.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from tqdm import tqdm
 
-from fathom.env import EnvConfig, RLMAction, RLMEnvironment
-from fathom.env.expert import expert_reader, expert_turn
-from fathom.env.sublm import SubLM
-from fathom.sandbox import Sandbox, SandboxConfig
-from fathom.tasks import Task, load_tasks
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.toml"
 
 
-async def run_expert_episode(task: Task, sub_lm: SubLM, config: EnvConfig) -> dict[str, Any]:
-    """One expert episode through `step`; returns the line written to the eval file."""
-    env = RLMEnvironment(config, sub_lm=sub_lm)
+def _stage(console: Console, title: str, argv: list[str]) -> None:
+    from fathom.cli import main as fathom_main
+
+    console.rule(f"[bold]{title}")
+    console.print("$ fathom " + " ".join(argv), style="dim")
     started = time.perf_counter()
-    try:
-        obs = await env.reset_async(task=task)
-        turn = 0
-        while not obs.done:
-            obs = await env.step_async(RLMAction(text=expert_turn(task, turn)))
-            turn += 1
-        breakdown = obs.reward_breakdown or {}
-        return {
-            "id": task.id,
-            "family": task.family,
-            "length_tokens": task.length_tokens,
-            "answer": obs.answer,
-            "gold": task.answer,
-            "correct": bool(breakdown.get("correct")),
-            "reward": obs.reward,
-            "breakdown": breakdown,
-            "turns": turn,
-            "llm_calls": env.state.llm_calls,
-            "wall_s": round(time.perf_counter() - started, 3),
-        }
-    finally:
-        await env.aclose()
+    status = fathom_main(argv)
+    if status:
+        raise SystemExit(f"quickstart: `fathom {' '.join(argv)}` failed with status {status}")
+    console.print(f"[green]done[/] in {time.perf_counter() - started:.0f} s")
 
 
-async def evaluate_expert(tasks: list[Task], concurrency: int = 16) -> list[dict[str, Any]]:
-    config, reader = EnvConfig(), expert_reader()
-    semaphore = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=len(tasks), desc="expert episodes", unit="ep")
-
-    async def one(task: Task) -> dict[str, Any]:
-        async with semaphore:
-            row = await run_expert_episode(task, reader, config)
-        bar.update()
-        return row
-
-    try:
-        return list(await asyncio.gather(*(one(t) for t in tasks)))
-    finally:
-        bar.close()
-
-
-async def _isolation() -> str:
-    """The isolation this machine gives a REPL worker, as one line."""
-    async with await Sandbox.start(None, SandboxConfig(), ctx_text="") as sandbox:
-        return sandbox.report.describe()
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[row["family"]].append(row)
-        groups["all"].append(row)
-    return {
-        name: {
-            "n": len(g),
-            "accuracy": sum(r["correct"] for r in g) / len(g),
-            "reward": sum(r["reward"] for r in g) / len(g),
-            "turns": sum(r["turns"] for r in g) / len(g),
-            "llm_calls": sum(r["llm_calls"] for r in g) / len(g),
-        }
-        for name, g in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0]))
-    }
+def _row(name: str, summary_file: Path) -> list[str]:
+    summary: dict[str, Any] = json.loads(summary_file.read_text())
+    s = summary["groups"]["all"]
+    return [
+        name,
+        str(s["n"]),
+        f"{s['accuracy']:.0%}",
+        f"{s['ci_low']:.0%}-{s['ci_high']:.0%}",
+        f"{s.get('reward', 0):.3f}",
+        f"{s.get('turns', 0):.1f}",
+        f"{s.get('llm_calls', 0):.1f}",
+        f"{s.get('tokens', 0):,.0f}",
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
-    out = Path(args.out)
-    console.print(f"[bold]FATHOM quickstart[/] -> {out}")
-    console.print(asyncio.run(_isolation()))
-    data_dir = out / "data"
-    from fathom.cli import main as fathom_main
+    out = Path(args.out).resolve()
+    started = time.perf_counter()
+    console.print(f"[bold]FATHOM quickstart[/] -> {out}  (recipe {args.config})")
+    data, evals = out / "data", out / "eval"
+    heldout = data / "heldout.jsonl"
+    _stage(console, "1/6 data", [
+        "data", "build", "--out", str(data), "--seed", str(args.seed), "--train", "0", "--eval", "0",
+        "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths,
+    ])  # fmt: skip
+    common = ["--tasks", str(heldout), "--overwrite"]
+    _stage(
+        console,
+        "2/6 expert (upper bound)",
+        ["eval", "--policy", "expert", "--out", str(evals / "expert"), *common],
+    )
+    _stage(console, "3/6 baselines: direct on a truncated document, untrained model in the scaffold", [
+        "eval", "--policy", "direct", "--model", args.model, "--label", "direct (untrained)",
+        "--out", str(evals / "direct"), *common,
+    ])  # fmt: skip
+    _stage(console, "3/6 baselines (continued)", [
+        "eval", "--policy", "rlm", "--model", args.model, "--label", "rlm (untrained)",
+        "--out", str(evals / "rlm-untrained"), *common,
+    ])  # fmt: skip
+    sft_dir, grpo_dir = out / "sft", out / "grpo"
+    _stage(console, "4/6 SFT on expert transcripts", [
+        "sft", "--config", args.config, f"--run.run_dir={sft_dir}", f"--model.name={args.model}",
+        "--model.lora=false", f"--sft.num_tasks={args.sft_tasks}", f"--sft.epochs={args.sft_epochs}",
+    ])  # fmt: skip
+    _stage(console, "5/6 GRPO with the environment in the loop", [
+        "grpo", "--config", args.config, f"--run.run_dir={grpo_dir}", f"--model.name={args.model}",
+        f"--model.init_from={sft_dir / 'final' / 'model'}", f"--grpo.max_steps={args.grpo_steps}",
+    ])  # fmt: skip
+    trained = grpo_dir / "final" / "merged"
+    _stage(console, "6/6 trained model in the scaffold, and the report", [
+        "eval", "--policy", "rlm", "--model", str(trained), "--label", "rlm (SFT+GRPO)",
+        "--out", str(evals / "rlm-trained"), *common,
+    ])  # fmt: skip
+    # One report over the training run and every evaluation: the report follows a link to the evals.
+    link = grpo_dir / "evals"
+    if not link.exists():
+        link.symlink_to(evals, target_is_directory=True)
+    _stage(console, "report", ["report", str(grpo_dir), "--out", str(out / "report")])
 
-    status = fathom_main(
-        ["data", "build", "--out", str(data_dir), "--seed", str(args.seed), "--train", str(args.train), "--eval", "0",
-         "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths, "--train-lengths", "8K"]
-    )  # fmt: skip
-    if status:
-        return status
-    tasks = load_tasks(data_dir / "heldout.jsonl")
-    rows = asyncio.run(evaluate_expert(tasks))
-    (out / "expert_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = summarize(rows)
-    (out / "summary.json").write_text(json.dumps({"expert": summary}, indent=2) + "\n")
-    table = Table(title=f"expert policy on {len(tasks)} held-out tasks ({', '.join(args.lengths)} tokens)")
-    for col in ("family", "n", "accuracy", "mean reward", "turns", "llm() calls"):
-        table.add_column(col, justify="left" if col == "family" else "right")
-    for name, s in summary.items():
-        table.add_row(
-            name,
-            str(s["n"]),
-            f"{s['accuracy']:.1%}",
-            f"{s['reward']:.3f}",
-            f"{s['turns']:.1f}",
-            f"{s['llm_calls']:.1f}",
-        )
+    table = Table(title=f"held-out: {args.heldout} tasks at {', '.join(args.lengths)} tokens ({args.model})")
+    for col in ("policy", "n", "accuracy", "95% CI", "reward", "turns", "llm()", "tokens"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, sub in (
+        ("expert (scripted upper bound)", "expert"),
+        ("direct, truncated document", "direct"),
+        ("rlm, untrained", "rlm-untrained"),
+        ("rlm, after SFT + GRPO", "rlm-trained"),
+    ):
+        table.add_row(*_row(name, evals / sub / "summary.json"))
     console.print(table)
-    console.print(f"results: {out / 'expert_eval.jsonl'}, {out / 'summary.json'}")
-    return 0 if summary["all"]["accuracy"] >= 0.95 else 1
+    console.print(f"report: {out / 'report' / 'report.html'}")
+    console.print(f"total {time.perf_counter() - started:.0f} s")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("quickstart", help="the embedded default job (CPU, offline)")
+    parser = subparsers.add_parser("quickstart", help="the embedded default job (CPU, offline, ~10 min)")
     parser.add_argument("--out", default="runs/quickstart", help="run directory")
+    parser.add_argument("--config", default=str(RECIPE), help="training recipe")
+    parser.add_argument("--model", default="tiny-smol", help="policy model (offline name or path)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train", type=int, default=70)
-    parser.add_argument("--heldout", type=int, default=70)
-    parser.add_argument("--lengths", nargs="+", default=["8K", "32K", "128K"], help="held-out lengths")
+    parser.add_argument("--heldout", type=int, default=14)
+    parser.add_argument("--lengths", nargs="+", default=["8K", "32K"], help="held-out lengths")
+    parser.add_argument("--sft-tasks", type=int, default=32, help="expert transcripts for SFT")
+    parser.add_argument("--sft-epochs", type=float, default=8.0)
+    parser.add_argument("--grpo-steps", type=int, default=8)
     parser.set_defaults(func=run)
