@@ -187,3 +187,15 @@ def test_many_episodes_share_one_loop():
 def test_metadata_names_the_environment():
     meta = RLMEnvironment().get_metadata()
     assert meta.name == "fathom-rlm" and "ctx" in meta.description
+
+
+def test_sync_api_works_inside_a_running_loop(task):
+    async def inside_a_loop():  # a notebook kernel runs one
+        env = RLMEnvironment(EnvConfig())
+        try:
+            env.reset(task=task)
+            return env.step(repl("print(len(ctx))")).cells[0].stdout.strip()
+        finally:
+            env.close()
+
+    assert asyncio.run(inside_a_loop()) == str(len(task.document))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -112,7 +113,8 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         self._tasks = {t.id: t for t in tasks or ()}
         self._sandbox: Sandbox | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: asyncio.Runner | None = None
+        self._sync_loop: asyncio.AbstractEventLoop | None = None  # the sync API's own loop, on its own thread
+        self._sync_thread: threading.Thread | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._task: Any = None
         self._state = RLMState()
@@ -326,15 +328,17 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
 
     # ---- sync wrappers ---------------------------------------------------------------------------
     def _run_sync(self, coro: Awaitable[Any]) -> Any:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError("called the sync API inside an event loop: use reset_async / step_async")
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner.run(coro)  # type: ignore[arg-type]
+        """Run on this environment's own loop thread: works from scripts and from inside a running loop
+        (a notebook kernel), and the sandbox worker stays bound to one long-lived thread."""
+        if self._sync_loop is None:
+            self._sync_loop = asyncio.new_event_loop()
+            self._sync_thread = threading.Thread(
+                target=self._sync_loop.run_forever, name="fathom-env", daemon=True
+            )
+            self._sync_thread.start()
+        if threading.current_thread() is self._sync_thread:
+            raise RuntimeError("the sync API was called from the environment's own loop: use the async API")
+        return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()  # type: ignore[arg-type]
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RLMObservation:
         return self._run_sync(self.reset_async(seed=seed, episode_id=episode_id, **kwargs))
@@ -409,11 +413,12 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
                 loop.create_task(self.aclose())
                 return
             asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=30)
-        elif self._runner is not None:
-            self._runner.run(self.aclose())
         elif self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        if self._sync_loop is not None:
+            self._sync_loop.call_soon_threadsafe(self._sync_loop.stop)
+            assert self._sync_thread is not None
+            self._sync_thread.join(timeout=30)
+            self._sync_loop.close()
+            self._sync_loop = self._sync_thread = None
