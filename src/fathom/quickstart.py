@@ -2,7 +2,7 @@
 
 Every stage is the real command, run in this process on a small scale:
 
-1. `fathom data build` — a small held-out split at 8K and 32K tokens (4x–16x the tiny model's window);
+1. `fathom data build` — a small held-out split at 8K, 32K and 128K tokens (4x–64x the tiny model's window);
 2. `fathom eval` of the scripted **expert** (the upper bound), the model answering **directly** from the
    document truncated to its window (what the original FATHOM trained), and the same untrained model
    **in the scaffold** (`rlm`);
@@ -57,7 +57,7 @@ def _row(name: str, summary_file: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(width=max(Console().width, 100))  # the results table must not wrap in a log
     out = Path(args.out).resolve()
     started = time.perf_counter()
     console.print(f"[bold]FATHOM quickstart[/] -> {out}  (recipe {args.config})")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     heldout = data / "heldout.jsonl"
     _stage(console, "1/6 data", [
         "data", "build", "--out", str(data), "--seed", str(args.seed), "--train", "0", "--eval", "0",
-        "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths,
+        "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths, "--difficulties", "medium",
     ])  # fmt: skip
     common = ["--tasks", str(heldout), "--overwrite"]
     _stage(
@@ -105,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
     for col in ("policy", "n", "accuracy", "95% CI", "reward", "turns", "llm()", "tokens"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for name, sub in (
-        ("expert (scripted upper bound)", "expert"),
-        ("direct, truncated document", "direct"),
-        ("rlm, untrained", "rlm-untrained"),
-        ("rlm, after SFT + GRPO", "rlm-trained"),
+        ("expert (upper bound)", "expert"),
+        ("direct (truncated)", "direct"),
+        ("rlm untrained", "rlm-untrained"),
+        ("rlm SFT+GRPO", "rlm-trained"),
     ):
         table.add_row(*_row(name, evals / sub / "summary.json"))
     console.print(table)
@@ -123,8 +123,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", default=str(RECIPE), help="training recipe")
     parser.add_argument("--model", default="tiny-smol", help="policy model (offline name or path)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heldout", type=int, default=14)
-    parser.add_argument("--lengths", nargs="+", default=["8K", "32K"], help="held-out lengths")
+    parser.add_argument("--heldout", type=int, default=21)
+    parser.add_argument("--lengths", nargs="+", default=["8K", "32K", "128K"], help="held-out lengths")
     parser.add_argument("--sft-tasks", type=int, default=32, help="expert transcripts for SFT")
     parser.add_argument("--sft-epochs", type=float, default=8.0)
     parser.add_argument("--grpo-steps", type=int, default=8)
