@@ -11,7 +11,7 @@ handler that counts calls, characters and time. With ``max_depth >= 2`` a sub-ca
 over the chunk, driven by `child_policy`, one level shallower.
 
 The async methods are the real ones (many episodes share one event loop); the sync `reset`/`step` run them
-on a private loop for scripts and notebooks. This module never sees a model: policies live elsewhere.
+on the environment's own loop thread, for scripts and notebooks. This module never sees a model.
 """
 
 from __future__ import annotations
