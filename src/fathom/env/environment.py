@@ -17,7 +17,6 @@ on the environment's own loop thread, for scripts and notebooks. This module nev
 from __future__ import annotations
 
 import asyncio
-import math
 import tempfile
 import threading
 import time
@@ -39,10 +38,9 @@ from fathom.reward.compose import compose
 from fathom.reward.config import RewardConfig
 from fathom.reward.outcome import EpisodeOutcome
 from fathom.sandbox import Sandbox, SandboxConfig, SandboxPool
-from fathom.tasks import Task, generate_task, load_tasks
+from fathom.tasks import Task, estimate_tokens, generate_task, load_tasks
 from fathom.tasks.schema import task_from_dict
 
-CHARS_PER_TOKEN = 4.0  # used only when a client sends no token count for a turn
 MAX_DEPTH = 4
 # A child policy writes one turn from the chat so far ([{"role": ..., "content": ...}, ...]).
 ChildPolicy = Callable[[list[dict[str, str]]], Awaitable[str]]
@@ -88,7 +86,7 @@ class _ChildTask:
 
     @property
     def length_tokens(self) -> int:
-        return math.ceil(len(self.document) / CHARS_PER_TOKEN)
+        return estimate_tokens(self.document)
 
 
 class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
@@ -204,7 +202,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         state = self._state
         tokens = action.num_tokens
         if tokens is None:
-            tokens = math.ceil(len(action.text) / CHARS_PER_TOKEN)
+            tokens = estimate_tokens(action.text)  # a client that sends no count gets the estimate
         self._turn_subcalls = []
         cells: list[CellRecord] = []
         answer_ready, answer = False, None

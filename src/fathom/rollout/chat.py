@@ -37,6 +37,14 @@ FINAL(17)
 """
 
 
+# A fixed conversation whose rendering, with and without one more user message, shows the ids between turns.
+DUMMY_TURN = (
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "A"},
+)
+
+
 class ChatFormat:
     """Builds the prompt ids and the ids the environment appends between model turns."""
 
@@ -49,6 +57,7 @@ class ChatFormat:
             raise ValueError("the tokenizer has no eos token")
         self.eos_id: int = eos
         self.stop_strings: list[str] = [] if chat else [BASE_USER]
+        self._dummy: tuple[list[int], int] | None = None
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -73,18 +82,20 @@ class ChatFormat:
         if not self.chat:
             head = "" if model_finished else f"\n{BASE_USER}"  # a finished turn already ends on "### User"
             return self._encode(f"{head}\n{text}\n{BASE_ASSISTANT}\n")
-        base = [
-            {"role": "system", "content": "S"},
-            {"role": "user", "content": "U"},
-            {"role": "assistant", "content": "A"},
-        ]
-        before = self._template(base, generation_prompt=False)
-        after = self._template([*base, {"role": "user", "content": text}], generation_prompt=True)
-        end = len(before) - 1 - before[::-1].index(self.eos_id)  # the assistant's end-of-turn token
+        before, end = self._dummy_turn()
+        after = self._template([*DUMMY_TURN, {"role": "user", "content": text}], generation_prompt=True)
         if after[: end + 1] != before[: end + 1]:
             raise ValueError("chat template is not prefix-preserving: cannot append turns token by token")
         suffix = after[end + 1 :]
         return suffix if model_finished else [self.eos_id, *suffix]
+
+    def _dummy_turn(self) -> tuple[list[int], int]:
+        """The dummy conversation's ids and the index of its assistant end-of-turn token (rendered once:
+        this runs for every observation of every episode)."""
+        if self._dummy is None:
+            before = self._template(list(DUMMY_TURN), generation_prompt=False)
+            self._dummy = (before, len(before) - 1 - before[::-1].index(self.eos_id))
+        return self._dummy
 
     def turn_finished(self, ids: list[int]) -> bool:
         """Did the model end its turn itself (rather than running out of new tokens)?"""
