@@ -17,7 +17,6 @@ on the environment's own loop thread, for scripts and notebooks. This module nev
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import threading
 import time
 import uuid
@@ -113,7 +112,6 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # the sync API's own loop, on its own thread
         self._sync_thread: threading.Thread | None = None
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._task: Any = None
         self._state = RLMState()
         self._reward: dict[str, Any] | None = None
@@ -140,15 +138,14 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             return self._tasks[task_id]
         return generate_task(family, seed or 0, length_tokens or self.config.default_length_tokens)
 
-    def _document_path(self, task: Any) -> Path:
+    @staticmethod
+    def _document_source(task: Any) -> tuple[Path | None, str | None]:
+        """(file, None) for a document on disk (bound without reading it), (None, text) for an inline one
+        (the sandbox keeps it in a sealed in-memory file)."""
         path = getattr(task, "document_file", None)
         if callable(path) and (found := path()) is not None:
-            return Path(found)
-        if self._tmpdir is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="fathom-doc-")
-        target = Path(self._tmpdir.name) / "ctx.txt"
-        target.write_text(task.document, encoding="utf-8")
-        return target
+            return Path(found), None
+        return None, task.document
 
     # ---- OpenEnv contract ------------------------------------------------------------------------
     async def reset_async(
@@ -165,12 +162,12 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         await self._close_sandbox()
         self._loop = asyncio.get_running_loop()
         self._task, self._reward, self.trace = resolved, None, []
-        ctx_path = self._document_path(resolved)
+        ctx_path, ctx_text = self._document_source(resolved)
         llm = self._llm_handler if self.config.max_depth >= 1 and self.sub_lm is not None else None
         if self.pool is not None:
-            self._sandbox = await self.pool.start(ctx_path, llm)
+            self._sandbox = await self.pool.start(ctx_path, llm, ctx_text=ctx_text)
         else:
-            self._sandbox = await Sandbox.start(ctx_path, self.config.sandbox, llm)
+            self._sandbox = await Sandbox.start(ctx_path, self.config.sandbox, llm, ctx_text=ctx_text)
         self._state = RLMState(
             episode_id=episode_id or uuid.uuid4().hex,
             task_id=resolved.id,
@@ -395,9 +392,6 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
 
     async def aclose(self) -> None:
         await self._close_sandbox()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None
 
     def close(self) -> None:
         """Sync close, callable from any thread (OpenEnv calls it from an executor thread)."""
@@ -411,9 +405,6 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
                 loop.create_task(self.aclose())
                 return
             asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=30)
-        elif self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None
         if self._sync_loop is not None:
             self._sync_loop.call_soon_threadsafe(self._sync_loop.stop)
             assert self._sync_thread is not None
