@@ -249,3 +249,16 @@ def test_sigkill_and_resume_continues_the_same_curve(tmp_path):
         torch.testing.assert_close(wa[key], wb[key], rtol=1e-5, atol=1e-7)
     traces = [t["step"] for t in read_jsonl(killed / "traces.jsonl") if t["kind"] == "train"]
     assert traces == [1, 1, 2, 2, 3, 3]  # whatever the killed run wrote of step 3 was dropped
+
+
+def test_max_minutes_stops_with_a_checkpoint_and_resumes(tmp_path):
+    """A wall-clock budget (for leases with a per-command limit) ends the run early, saved and resumable."""
+    common = [*FAST, f"--run.run_dir={tmp_path}", "--grpo.max_steps=4", "--eval.every=0"]
+    config = load_config(TINY, [*common, "--run.max_minutes=0.0001", "--checkpoint.geometric=false"])
+    first = train_run(build_grpo(config))
+    assert first["steps"] == 1  # the budget is checked at each step's end: one step, then stop
+    assert [step for step, _ in checkpoint.checkpoints(tmp_path)] == [1]
+    events = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r.get("event") == "time_limit"]
+    assert len(events) == 1 and events[0]["step"] == 1
+    second = train_run(build_grpo(load_config(TINY, [*common, "--checkpoint.geometric=false"])))
+    assert second["steps"] == 4 and second["resumed_from"].endswith("checkpoint-1")

@@ -72,8 +72,12 @@ class FathomCallback(TrainerCallback):
         self.pending_update: ControlUpdate | None = None
         self._eval_tasks: list[Any] | None = None
         self._step_started = 0.0
+        self._train_started = time.perf_counter()
 
     # ---- per step ----------------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._train_started = time.perf_counter()
+
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._step_started = time.perf_counter()
 
@@ -90,6 +94,21 @@ class FathomCallback(TrainerCallback):
             self.pending.update(self.run_eval(step))
         if checkpoint.should_save(step, state.max_steps, self.config.checkpoint):
             control.should_save = True
+        if self._out_of_time():
+            log.info("step %d: run.max_minutes reached; saving a checkpoint and stopping", step)
+            self._event(step, {"event": "time_limit", "max_minutes": self.config.run.max_minutes})
+            control.should_save = control.should_training_stop = True
+
+    def _out_of_time(self) -> bool:
+        """Past `run.max_minutes`? Decided on the main process and shared, so every rank stops together."""
+        limit = self.config.run.max_minutes
+        if not limit:
+            return False
+        from accelerate.utils import broadcast_object_list
+
+        over = [time.perf_counter() - self._train_started > limit * 60]
+        broadcast_object_list(over, from_process=0)
+        return bool(over[0])
 
     def _update_recipe(self, step: int, step_s: float) -> None:
         import torch

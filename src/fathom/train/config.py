@@ -41,9 +41,13 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     resume: str = "auto"  # auto: the newest checkpoint in run_dir, if any | never | a checkpoint path
+    # GRPO: stop after this many minutes of training (checkpoint, then the usual export); 0 = no limit.
+    # For leases with a hard wall-clock limit per command: the next command resumes from the checkpoint.
+    max_minutes: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of("run", "device", self.device, ("auto", "cpu", "cuda"))
+        _positive("run", self, "max_minutes", allow_zero=True)
 
 
 @dataclass(frozen=True)
