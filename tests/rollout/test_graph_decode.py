@@ -51,3 +51,55 @@ def test_graph_mode_refuses_truncated_sampling():
         backend.generate([[1, 2, 3]], Sampling(max_new_tokens=4, top_p=0.9))
     with pytest.raises(ValueError, match="graph_max_new"):
         backend.generate([[1, 2, 3]], Sampling(max_new_tokens=4096))
+
+
+def _lora_tiny():
+    """tiny-smol with a LoRA adapter that changes its outputs (PEFT starts B at zero: a no-op)."""
+    from fathom.models import LoraSpec, ModelSpec, load_model
+
+    torch.manual_seed(0)
+    model, tok = load_model(
+        ModelSpec(name="tiny-smol", lora=LoraSpec(r=4, alpha=64, dropout=0.0), device="cpu")
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    return model, tok
+
+
+def test_adapters_enabled_follows_peft():
+    from fathom.rollout.graph_decode import adapters_enabled
+
+    model, _ = _lora_tiny()
+    assert adapters_enabled(model)
+    with model.disable_adapter():
+        assert not adapters_enabled(model)
+    assert adapters_enabled(model)
+    # a model without adapters (transformers' own `disable_adapters()` method must not be mistaken for PEFT's)
+    assert adapters_enabled(AutoModelForCausalLM.from_pretrained(tiny_model_dir("tiny-smol")))
+
+
+def test_graph_mode_keeps_a_slot_per_adapter_state():
+    """A captured graph freezes the branch PEFT took, so sub-calls under `disable_adapter()` (EngineSubLM with
+    use_adapters=False) must not share the policy's slot. On a CPU nothing is captured: the outputs show the
+    semantics the slots must keep; the slot keys show that each state got its own graph."""
+    model, tok = _lora_tiny()
+    chat = ChatFormat(tok)
+    prompts = [chat.prompt_ids("You are helpful.", q) for q in QUESTIONS]
+    sampling = Sampling(max_new_tokens=8, temperature=0)
+    plain = HFBackend(model, tok, mode="plain")
+    graph = HFBackend(model, tok, mode="graph", max_cache_len=256, graph_max_new=8)
+    with_adapter = graph.generate(prompts, sampling)
+    with model.disable_adapter():
+        without = graph.generate(prompts, sampling)
+        base = plain.generate(prompts, sampling)
+    again = graph.generate(prompts, sampling)
+    assert (
+        [g.ids for g in with_adapter]
+        == [g.ids for g in again]
+        == [p.ids for p in plain.generate(prompts, sampling)]
+    )
+    assert [g.ids for g in without] == [b.ids for b in base]
+    assert [g.ids for g in without] != [g.ids for g in with_adapter]
+    assert sorted(graph._decoder.slots) == [(4, 256, False), (4, 256, True)]

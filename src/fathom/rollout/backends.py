@@ -68,8 +68,9 @@ class HFBackend:
         if mode not in MODES:
             raise ValueError(f"mode must be 'auto' or one of {MODES}, got {mode!r}")
         self.model, self.tokenizer, self.mode, self.max_cache_len = model, tokenizer, mode, max_cache_len
-        # "graph": one decoder (and one CUDA graph per batch bucket) for a fixed number of new tokens; shorter
-        # requests are cut afterwards, so a turn's varying budget never triggers a new capture.
+        # "graph": one decoder (and one CUDA graph per batch bucket and PEFT adapter state, so sub-calls made
+        # inside `model.disable_adapter()` get their own) for a fixed number of new tokens; shorter requests
+        # are cut afterwards, so a turn's varying budget never triggers a new capture.
         self.graph_max_new, self.fuse = graph_max_new, fuse
         self._decoder: Any = None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

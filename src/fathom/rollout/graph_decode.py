@@ -11,12 +11,17 @@ step's varying inputs (position, next token, the mask column) live in device buf
 prefill runs eagerly (its length varies). On a CPU (tests) the same step runs eagerly, uncaptured, and
 greedy decoding matches `generate` token for token.
 
+A graph reads the weights by address, so in-place optimizer steps are seen by the next replay; but it also
+freezes every Python branch the forward took at capture, such as whether PEFT's LoRA layers were switched
+off (`model.disable_adapter()`): a slot is therefore kept per adapter state too (`adapters_enabled`).
+
 This module decodes only; `fathom.rollout.backends.HFBackend(mode="graph")` wraps it behind the backend
 interface (stopping at EOS, log-probs, stop strings).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +75,29 @@ def cache_bucket(needed: int, ceiling: int) -> int:
     return min([b for b in CACHE_BUCKETS if needed <= b <= ceiling] or [ceiling])
 
 
+_TUNER_LAYERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # model -> layer or None
+
+
+def adapters_enabled(model: Any) -> bool:
+    """Whether `model`'s PEFT adapters are switched on now; True for a model without adapters.
+
+    Why it matters: a captured graph replays whichever branch PEFT's layers took at capture time, so a graph
+    captured with adapters on would keep applying them inside `model.disable_adapter()` (and one captured
+    inside it would sample from the base model while the adapter trains). PEFT switches all its tuner layers
+    together, so the first one tells; which module that is is looked up once per model. (Not a
+    `hasattr(m, "disable_adapters")` search: transformers models have a `disable_adapters()` method too.)
+    """
+    if model not in _TUNER_LAYERS:
+        try:
+            from peft.tuners.tuners_utils import BaseTunerLayer
+        except ImportError:  # no PEFT installed: no adapters
+            _TUNER_LAYERS[model] = None
+        else:
+            _TUNER_LAYERS[model] = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
+    layer = _TUNER_LAYERS[model]
+    return layer is None or not layer.disable_adapters
+
+
 @dataclass
 class _Slot:
     """Everything one captured graph reads and writes (fixed addresses)."""
@@ -99,6 +127,14 @@ class GraphDecoder:
         costs a compilation per shape at warm-up, then replays as one graph like the unfused step."""
         import torch
 
+        if fuse:
+            from torch._inductor import config as inductor_config
+
+            if inductor_config.freezing:
+                # Freezing folds the weights into the compiled code as constants: the optimizer's in-place
+                # updates would never reach the rollouts. Without it (the default) inductor reads them as inputs.
+                raise ValueError("fuse=True needs inductor's freezing off (TORCHINDUCTOR_FREEZING=0)")
+
         self.model, self.max_cache_len, self.max_new = model, max_cache_len, max_new_tokens
         self.device = next(model.parameters()).device
         self.capture = self.device.type == "cuda" if capture is None else capture
@@ -107,14 +143,16 @@ class GraphDecoder:
             if fuse
             else self._decode_forward
         )
-        self.slots: dict[tuple[int, int], _Slot] = {}  # (batch bucket, cache-length bucket) -> buffers
+        # (batch bucket, cache-length bucket, adapters enabled) -> buffers and graph
+        self.slots: dict[tuple[int, int, bool], _Slot] = {}
         _register_attention()
         self.captures = 0  # graphs captured so far; must stop growing after warm-up (no recompiles)
         self._torch = torch
 
     def _slot(self, batch: int, cache_len: int) -> _Slot:
-        if (batch, cache_len) in self.slots:
-            return self.slots[(batch, cache_len)]
+        key = (batch, cache_len, adapters_enabled(self.model))
+        if key in self.slots:
+            return self.slots[key]
         torch = self._torch
         from transformers import StaticCache
 
@@ -130,7 +168,7 @@ class GraphDecoder:
             logprobs=torch.zeros(batch, self.max_new, dtype=torch.float32, device=dev),
             inv_temp=torch.ones(1, dtype=torch.float32, device=dev),
         )
-        self.slots[(batch, cache_len)] = slot
+        self.slots[key] = slot
         return slot
 
     def _sample(self, logits: Any, slot: _Slot) -> tuple[Any, Any]:
