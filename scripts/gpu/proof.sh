@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU proof (issue #8): does training with the environment in the loop teach SmolLM2-135M-Instruct the
+# RLM discipline? SFT on expert transcripts -> GRPO with the environment in the rollout loop -> held-out
+# evaluation against the baselines, every row on the same tasks.
+#
+#   scripts/gpu/proof.sh STAGE [STAGE...]     stages, in order: data baselines sft grpo final report (or: all)
+#
+# Each stage is one `fathom` command (or a few) sized to end well inside the lent machine's 10-minute
+# limit per command; state lives in $PROOF_DIR on that machine (kept while it stays warm between
+# commands), and `grpo` is resumable: run it again and it continues from its newest checkpoint. Small
+# results (summaries, metrics, the report's plots) are copied to $OUT when it is set, so they come back.
+# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh (model, wheels, corpora).
+#
+# Rehearsal on a CPU with the tiny model (same commands, small sizes, ~5 min):
+#   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
+#     scripts/gpu/proof.sh all
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+D=${PROOF_DIR:-/root/proof}
+MODEL=${PROOF_MODEL:-smollm2-135m}
+DEVICE=${PROOF_DEVICE:-cuda}
+RECIPE=configs/smollm2-135m-gpu.toml
+case ${PROOF_SCALE:-full} in
+  full)  # 9 held-out tasks per family x length (3 per difficulty: 7 x 4 x 9 = 252), the same for every row
+    HELDOUT=252 TRAIN=1680 EVAL=42 SFT_TASKS=640 SFT_EPOCHS=3 GRPO_MINUTES=${GRPO_MINUTES:-8} GRPO_STEPS=1000
+    EVAL_BATCH=252 GRPO_EVAL_EVERY=10 NGROUPS=16 ;;
+  tiny)
+    HELDOUT=84 TRAIN=84 EVAL=14 SFT_TASKS=8 SFT_EPOCHS=1 GRPO_MINUTES=${GRPO_MINUTES:-0.5} GRPO_STEPS=3
+    EVAL_BATCH=84 GRPO_EVAL_EVERY=2 NGROUPS=1 ;;
+  *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
+esac
+HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)
+ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
+fathom() { echo "+ fathom $*"; "$PY" -m fathom "$@"; }
+keep() { # collect small results in $D/keep (flat names); they go back to $OUT as one archive at the end
+  mkdir -p "$D/keep"
+  for f in "$@"; do [ -f "$f" ] && cp "$f" "$D/keep/$(echo "${f#"$D"/}" | tr / _)"; done
+  return 0
+}
+evaluate() { # NAME POLICY MODEL LABEL: the training rollout's budget (6 turns of 384 tokens) for rlm
+  local budget=()
+  [ "$2" = rlm ] && budget=(--max-turns 6 --max-new-tokens 384)
+  fathom eval --policy "$2" --model "$3" --label "$4" --tasks "$D/data/heldout.jsonl" --out "$D/eval/$1" \
+    --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --overwrite --no-progress
+  keep "$D/eval/$1/summary.json"
+}
+
+stage_data() {
+  fathom data build --out "$D/data" --seed 8 --train "$TRAIN" --eval "$EVAL" --heldout "$HELDOUT" \
+    --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${HELDOUT_LENGTHS[@]}" --no-progress
+  keep "$D/data/build.json"
+}
+stage_baselines() {
+  evaluate expert expert "$MODEL" "expert (upper bound)"
+  evaluate direct direct "$MODEL" "direct, truncated (untrained)"
+  evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"
+}
+stage_sft() { # full fine-tune on correct expert transcripts of every train length and difficulty
+  fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
+    --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
+    --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate=1e-4
+  keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
+  evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"
+}
+stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers; resumes when run again
+  fathom grpo --config "$RECIPE" --run.run_dir="$D/grpo" --run.device="$DEVICE" --model.name="$MODEL" \
+    --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
+    --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$GRPO_MINUTES" --grpo.max_steps="$GRPO_STEPS" \
+    --grpo.per_device_train_batch_size=$((NGROUPS * 8)) --grpo.gradient_accumulation_steps=1 \
+    --eval.every="$GRPO_EVAL_EVERY" --eval.num_tasks="$EVAL" --checkpoint.save_every=5 --logging.progress=false
+  keep "$D/grpo/summary.json" "$D/grpo/metrics.jsonl"
+}
+stage_final() {
+  evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO)"
+}
+stage_report() {
+  ln -sfn "$D/eval" "$D/grpo/evals"
+  fathom report "$D/grpo" --out "$D/report"
+  keep "$D"/report/*.png
+}
+
+[ $# -gt 0 ] || { echo "usage: $0 data|baselines|sft|grpo|final|report|all ..." >&2; exit 2; }
+for stage in "$@"; do
+  if [ "$stage" = all ]; then set -- data baselines sft grpo final report; break; fi
+done
+for stage in "$@"; do
+  start=$(date +%s)
+  "stage_$stage"
+  echo "== stage $stage done in $(($(date +%s) - start)) s"
+done
+# $OUT (the lent machine's return folder) takes at most 8 files: everything kept so far, as one archive
+if [ -n "${OUT:-}" ] && [ -d "$D/keep" ]; then mkdir -p "$OUT" && tar -czf "$OUT/proof.tgz" -C "$D" keep; fi
