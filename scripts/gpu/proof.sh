@@ -25,10 +25,10 @@ RECIPE=configs/smollm2-135m-gpu.toml
 case ${PROOF_SCALE:-full} in
   full)  # 9 held-out tasks per family x length (3 per difficulty: 7 x 4 x 9 = 252), the same for every row
     HELDOUT=252 TRAIN=1680 EVAL=42 SFT_TASKS=640 SFT_EPOCHS=3 GRPO_MINUTES=${GRPO_MINUTES:-8} GRPO_STEPS=1000
-    EVAL_BATCH=252 GRPO_EVAL_EVERY=10 NGROUPS=16 ;;
+    EVAL_BATCH=252 DIRECT_BATCH=36 GRPO_EVAL_EVERY=10 NGROUPS=16 ;;
   tiny)
     HELDOUT=84 TRAIN=84 EVAL=14 SFT_TASKS=8 SFT_EPOCHS=1 GRPO_MINUTES=${GRPO_MINUTES:-0.5} GRPO_STEPS=3
-    EVAL_BATCH=84 GRPO_EVAL_EVERY=2 NGROUPS=1 ;;
+    EVAL_BATCH=84 DIRECT_BATCH=84 GRPO_EVAL_EVERY=2 NGROUPS=1 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
 HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)
@@ -40,11 +40,12 @@ keep() { # collect small results in $D/keep (flat names); they go back to $OUT a
   return 0
 }
 evaluate() { # NAME POLICY MODEL LABEL: the training rollout's budget (6 turns of 384 tokens) for rlm
-  local budget=()
+  local budget=() batch=$EVAL_BATCH
   [ "$2" = rlm ] && budget=(--max-turns 6 --max-new-tokens 384)
+  [ "$2" = direct ] && batch=$DIRECT_BATCH  # a window-long prompt each: its prefill mask and KV cache are large
   fathom eval --policy "$2" --model "$3" --label "$4" --tasks "$D/data/heldout.jsonl" --out "$D/eval/$1" \
-    --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --overwrite --no-progress
-  keep "$D/eval/$1/summary.json"
+    --device "$DEVICE" --batch-size "$batch" "${budget[@]}" --overwrite --no-progress
+  keep "$D/eval/$1/summary.json" "$D/eval/$1/eval.jsonl" "$D/eval/$1/traces.jsonl"
 }
 
 stage_data() {
@@ -69,8 +70,11 @@ stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers;
     --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$GRPO_MINUTES" --grpo.max_steps="$GRPO_STEPS" \
     --grpo.per_device_train_batch_size=$((NGROUPS * 8)) --grpo.gradient_accumulation_steps=1 \
-    --eval.every="$GRPO_EVAL_EVERY" --eval.num_tasks="$EVAL" --checkpoint.save_every=5 --logging.progress=false
-  keep "$D/grpo/summary.json" "$D/grpo/metrics.jsonl"
+    --eval.every="$GRPO_EVAL_EVERY" --eval.num_tasks="$EVAL" --checkpoint.save_every=5 --logging.progress=false \
+    --curriculum.min_dwell_steps=8
+  keep "$D/grpo/summary.json" "$D/grpo/metrics.jsonl" "$D/grpo/config.toml"
+  { head -n 64 "$D/grpo/traces.jsonl"; tail -n 128 "$D/grpo/traces.jsonl"; } > "$D/grpo/traces_sample.jsonl"
+  keep "$D/grpo/traces_sample.jsonl"  # whole conversations, first and last rollouts of the run
 }
 stage_final() {
   evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO)"
@@ -81,6 +85,7 @@ stage_report() {
   keep "$D"/report/*.png
 }
 
+mkdir -p "$D" && touch "$D/.started"  # what this invocation keeps goes back, not all earlier stages again
 [ $# -gt 0 ] || { echo "usage: $0 data|baselines|sft|grpo|final|report|all ..." >&2; exit 2; }
 for stage in "$@"; do
   if [ "$stage" = all ]; then set -- data baselines sft grpo final report; break; fi
@@ -90,5 +95,7 @@ for stage in "$@"; do
   "stage_$stage"
   echo "== stage $stage done in $(($(date +%s) - start)) s"
 done
-# $OUT (the lent machine's return folder) takes at most 8 files: everything kept so far, as one archive
-if [ -n "${OUT:-}" ] && [ -d "$D/keep" ]; then mkdir -p "$OUT" && tar -czf "$OUT/proof.tgz" -C "$D" keep; fi
+# $OUT (the lent machine's return folder) takes at most 8 files: what this invocation kept, as one archive
+if [ -n "${OUT:-}" ] && [ -d "$D/keep" ]; then
+  mkdir -p "$OUT" && (cd "$D" && find keep -type f -newer .started -print0 | tar -czf "$OUT/proof-$(IFS=-; echo "$*").tgz" --null -T -)
+fi
