@@ -34,28 +34,49 @@ def _lora_tiny_cuda():
     return model, tok
 
 
-def _ids(gens):
-    return [g.ids for g in gens]
+def _scored(model, prompts, gens) -> list[tuple[list[float], list[float]]]:
+    """Per generation: each token's log-prob under `model` now, and the best log-prob at that position
+    (one eager forward over prompt + output)."""
+    scores = []
+    for prompt, gen in zip(prompts, gens, strict=True):
+        ids = torch.tensor([prompt + gen.ids], device="cuda")
+        with torch.no_grad():
+            logp = model(input_ids=ids).logits.float().log_softmax(-1)[0]
+        rows = logp[len(prompt) - 1 : len(prompt) - 1 + len(gen.ids)]
+        chosen = rows.gather(-1, torch.tensor(gen.ids, device="cuda")[:, None])[:, 0]
+        scores.append((chosen.tolist(), rows.max(-1).values.tolist()))
+    return scores
 
 
-def _same(graph, plain) -> None:
-    assert _ids(graph) == _ids(plain)
-    for g, p in zip(graph, plain, strict=True):
-        assert g.logprobs == pytest.approx(p.logprobs, rel=1e-3, abs=1e-3)
+def _follows(model, prompts, gens) -> None:
+    """The decoder's log-probs are the current model's and its greedy picks its argmax (up to float ties:
+    a random tiny model is nearly uniform, so comparing ids with another decoder would be fragile)."""
+    for gen, (chosen, best) in zip(gens, _scored(model, prompts, gens), strict=True):
+        assert gen.logprobs == pytest.approx(chosen, abs=2e-3)
+        assert all(c >= b - 1e-3 for c, b in zip(chosen, best, strict=True))
+
+
+def _moved(model, prompts, gens) -> bool:
+    """`gens` no longer score what they scored when decoded: the model changed under them."""
+    return any(
+        abs(a - b) > 1e-2
+        for gen, (chosen, _) in zip(gens, _scored(model, prompts, gens), strict=True)
+        for a, b in zip(gen.logprobs, chosen, strict=True)
+    )
 
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["captured", "fused"])
-def test_graph_decoder_on_cuda_matches_plain_through_updates_and_adapter_states(fuse):
+def test_graph_decoder_on_cuda_follows_the_model_through_updates_adapter_states_and_autocast(fuse):
     model, tok = _lora_tiny_cuda()
+    model.eval()
     chat = ChatFormat(tok)
     prompts = [chat.prompt_ids("You are helpful.", q) for q in QUESTIONS]  # different lengths: left padding
     assert len({len(p) for p in prompts}) > 1
-    plain = HFBackend(model, tok, mode="plain")
     graph = HFBackend(model, tok, mode="graph", max_cache_len=256, graph_max_new=16, fuse=fuse)
 
-    # (a) the captured graph (adapters on) decodes what plain generate decodes
+    # (a) the captured graph (adapters on) computes what the model computes
     before = graph.generate(prompts, GREEDY)
-    _same(before, plain.generate(prompts, GREEDY))
+    _follows(model, prompts, before)
     assert graph._decoder.captures == 1
 
     # (b) an optimizer step updates the weights in place: the same graph, replayed, sees the new weights
@@ -70,19 +91,21 @@ def test_graph_decoder_on_cuda_matches_plain_through_updates_and_adapter_states(
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     assert [p.data_ptr() for p in lora] == pointers  # in place: what the graph reads by address
+    assert _moved(model, prompts, before)  # the step changed the model...
     after = graph.generate(prompts, GREEDY)
-    reference = plain.generate(prompts, GREEDY)
-    assert _ids(reference) != _ids(before)  # the step changed the greedy outputs...
-    _same(after, reference)  # ...and the replayed graph follows them (no stale weights)
+    _follows(model, prompts, after)  # ...and the replayed graph follows it (no stale weights)
     assert graph._decoder.captures == 1  # replayed, not recaptured
 
     # (c) under disable_adapter() the base model answers, from a graph of its own
     with model.disable_adapter():
         base = graph.generate(prompts, GREEDY)
-        base_reference = plain.generate(prompts, GREEDY)
-    assert _ids(base_reference) != _ids(reference)
-    _same(base, base_reference)
+        _follows(model, prompts, base)
+        assert graph._decoder.captures == 2
+    assert _moved(model, prompts, base)  # the adapter matters: base outputs are not the adapter's
+    _follows(model, prompts, graph.generate(prompts, GREEDY))  # adapters back on: the adapter's graph
     assert graph._decoder.captures == 2
-    # and the adapter's graph is still the adapter's once they are back on
-    _same(graph.generate(prompts, GREEDY), reference)
-    assert graph._decoder.captures == 2
+
+    # (d) inside a trainer's bf16 autocast (GRPO generates there) the decoder still runs in the weights' dtype
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        in_autocast = graph.generate(prompts, GREEDY)
+    _follows(model, prompts, in_autocast)
