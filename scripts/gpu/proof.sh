@@ -66,10 +66,12 @@ stage_sft() { # full fine-tune on correct expert transcripts of every train leng
   evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"
 }
 stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers; resumes when run again
+  # NGROUPS x 8 rollouts per step, generated at once; the loss runs in 4 micro-batches (full-vocabulary
+  # logits of 128 rollouts of ~4K tokens in one batch would not fit in memory)
   fathom grpo --config "$RECIPE" --run.run_dir="$D/grpo" --run.device="$DEVICE" --model.name="$MODEL" \
     --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$GRPO_MINUTES" --grpo.max_steps="$GRPO_STEPS" \
-    --grpo.per_device_train_batch_size=$((NGROUPS * 8)) --grpo.gradient_accumulation_steps=1 \
+    --grpo.per_device_train_batch_size=$((NGROUPS * 2)) --grpo.gradient_accumulation_steps=4 \
     --eval.every="$GRPO_EVAL_EVERY" --eval.num_tasks="$EVAL" --checkpoint.save_every=5 --logging.progress=false \
     --curriculum.min_dwell_steps=8
   keep "$D/grpo/summary.json" "$D/grpo/metrics.jsonl" "$D/grpo/config.toml"
