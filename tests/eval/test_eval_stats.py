@@ -38,6 +38,7 @@ def test_wilson_edges_and_errors():
 
 
 def test_length_buckets():
+    assert length_bucket(409_600) == "400K"  # 50x an 8K window: a task length of its own, not '512K'
     assert [length_bucket(n) for n in (8192, 5000, 8193, 32768, 100_000, 1 << 20)] == [
         "8K", "8K", "16K", "32K", "128K", "1M",
     ]  # fmt: skip

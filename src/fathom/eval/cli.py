@@ -38,6 +38,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         "dtype": args.dtype,
         "device": args.device,
         "label": args.label,
+        "generation_mode": args.generation_mode,
     }
     if args.policy == "direct":
         return DirectPolicy(model, **common)
@@ -122,6 +123,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="tasks per batch, and per resume step")
     p.add_argument("--limit", type=int, help="only the first N tasks of the file")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument(
+        "--generation-mode",
+        default="auto",
+        choices=("auto", "plain", "static", "graph"),
+        help="HF generation path (fathom.rollout.HFBackend): auto = the CUDA-graph decoder on a GPU, plain on a CPU",
+    )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -230,11 +230,12 @@ class DirectPolicy:
         dtype: str = "float32",
         device: str | None = None,
         label: str | None = None,
+        generation_mode: str = "auto",
     ) -> None:
         self.model_name = model
         self.model, self.tokenizer = load_policy_model(model, dtype, device)
         self.chat = ChatFormat(self.tokenizer)
-        self.backend = HFBackend(self.model, self.tokenizer)
+        self.backend = HFBackend(self.model, self.tokenizer, mode=generation_mode)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=128, temperature=0.0)
         self.label = label or f"direct:{short_name(model)}"
@@ -288,11 +289,12 @@ class RLMPolicy:
         dtype: str = "float32",
         device: str | None = None,
         label: str | None = None,
+        generation_mode: str = "auto",
     ) -> None:
         self.model_name, self.max_turns = model, max_turns
         self.model, self.tokenizer = load_policy_model(model, dtype, device)
         self.chat = ChatFormat(self.tokenizer)
-        self.backend = HFBackend(self.model, self.tokenizer)
+        self.backend = HFBackend(self.model, self.tokenizer, mode=generation_mode)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=256, temperature=0.0)
         self.sub_sampling = Sampling(max_new_tokens=sub_max_new_tokens, temperature=0.0)

@@ -41,9 +41,12 @@ def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def length_bucket(length_tokens: int) -> str:
-    """'8K' for 5,000 or 8,192 tokens; '128K' for 100,000 (the power-of-two tier at or above)."""
+    """'8K' for 5,000 or 8,192 tokens; '128K' for 100,000 (the power-of-two tier at or above); a whole
+    number of K is its own bucket ('400K' for 409,600: 50x an 8K window, not '512K')."""
     if length_tokens <= 1:
         return format_length(1)
+    if length_tokens % 1024 == 0:
+        return format_length(int(length_tokens))
     return format_length(1 << (int(length_tokens) - 1).bit_length())
 
 
