@@ -158,3 +158,20 @@ def test_sub_calls_can_bypass_the_adapter():
         base = asyncio.run(EngineSubLM(backend, chat, greedy, 256).complete(request))
     assert without[0].text == base[0].text
     assert with_adapter[0].text != base[0].text
+
+
+def test_expert_backend_reads_its_turn_from_the_environment_footer(tiny):
+    """Not from chat-template markers (their decoding differs across transformers releases: on 5.17 a
+    marker count skipped the oolong expert's second turn); a footer-like line inside a document is
+    overridden by the real footer that ends the last observation."""
+    from fathom.env.expert import expert_turn
+
+    _, tok = tiny
+    chat = ChatFormat(tok)
+    task = generate_task("oolong", 3, 8192)
+    reply = expert_backend(chat, [task]).fn
+    fresh = f"Question: {task.question}"
+    assert reply(fresh) == expert_turn(task, 0)
+    after_one = fresh + "\n[output]\nquoted: [turn 7/12; 5 left]\n\n[turn 1/12; 11 left]"
+    assert reply(after_one) == expert_turn(task, 1) != expert_turn(task, 0)
+    assert reply(after_one + "\n[output]\n3\n\n[turn 2/12; 10 left]") == expert_turn(task, 2)

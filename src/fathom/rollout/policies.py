@@ -9,6 +9,7 @@ This module does not build the baselines that need a model (see `fathom.rollout.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,18 +37,23 @@ class ScriptedBackend:
         return out
 
 
+TURN_FOOTER = re.compile(r"\[turn (\d+)/\d+; \d+ left\]")  # the footer of fathom.env.prompts.render_cells
+
+
 def expert_backend(chat: ChatFormat, tasks: Sequence[Any]) -> ScriptedBackend:
-    """The expert as a backend: it finds its task by the question in the prompt and its turn by counting."""
+    """The expert as a backend: it finds its task by the question in the prompt and its turn by the
+    environment's footer on the last observation ("[turn 2/12; 10 left]" -> turn 2; none yet -> turn 0).
+
+    Not by counting chat-template markers: how a tokenizer decodes a template's last tokens varies across
+    transformers releases, and on the GPU image's 5.17 the count skipped a turn (the expert then asked for
+    labels it had never computed)."""
     by_question = {t.question: t for t in tasks}
-    first = chat.tokenizer.decode(chat.prompt_ids("S", "U"))
-    marker = chat.tokenizer.decode(chat.prompt_ids("S", "U")[-3:])  # the tail of the generation prompt
-    before = first.count(marker) - 1  # markers already in a fresh prompt (a base model's few-shot prefix)
 
     def reply(conversation: str) -> str:
         task = next((t for q, t in by_question.items() if q in conversation), None)
         if task is None:
             raise ValueError("the expert backend was given a prompt for a task it does not know")
-        turn = conversation.count(marker) - 1 - before
-        return expert_turn(task, turn)
+        footers = TURN_FOOTER.findall(conversation)
+        return expert_turn(task, int(footers[-1]) if footers else 0)
 
     return ScriptedBackend(chat, reply)
