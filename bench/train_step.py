@@ -51,7 +51,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--max-total-tokens", type=int, default=1024)
     p.add_argument("--length", type=int, default=8192, help="document length in tokens")
-    p.add_argument("--generation-mode", default="auto", help="auto: graph decoder on CUDA, plain on CPU")
+    p.add_argument(
+        "--generation-mode",
+        default="auto",
+        help="auto = plain generate; graph = the CUDA-graph decoder (opt-in, bench/RESULTS.md)",
+    )
     p.add_argument(
         "--peak-tflops",
         type=float,

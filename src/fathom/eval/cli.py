@@ -127,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--generation-mode",
         default="auto",
         choices=("auto", "plain", "static", "graph"),
-        help="HF generation path (fathom.rollout.HFBackend): auto = the CUDA-graph decoder on a GPU, plain on a CPU",
+        help="HF generation path (fathom.rollout.HFBackend): auto = plain generate; graph = the CUDA-graph decoder (opt-in)",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")

@@ -86,7 +86,7 @@ class RolloutSection:
     top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
     top_k: int = 0
     generation_mode: str = (
-        "auto"  # fathom.rollout.HFBackend: auto (graph on CUDA, plain on CPU) | plain | static | graph
+        "auto"  # fathom.rollout.HFBackend: auto (= plain for now) | plain | static | graph (opt-in)
     )
     max_cache_len: int = 8192  # static and graph modes
     graph_fuse: bool = False  # graph mode: inductor-fuse the step (~50 s compile per shape, ~2x faster)
