@@ -1,6 +1,6 @@
 """Markdown tables of the GPU proof's evaluations (what bench/RESULTS.md and the README show).
 
-    python scripts/gpu/proof_tables.py DIR     # DIR: the unpacked keep/ folder of proof.sh's archives
+python scripts/gpu/proof_tables.py DIR     # DIR: the unpacked keep/ folder of proof.sh's archives
 """
 
 from __future__ import annotations
@@ -29,13 +29,19 @@ def main(folder: Path) -> None:
         if path.exists():
             summaries[label] = json.loads(path.read_text())["groups"]
     first = next(iter(summaries.values()))
-    for prefix, title in (("family/", "family"), ("length/", "document length")):
+    for prefix in ("family/", "length/"):
         keys = [k for k in first if k.startswith(prefix)]
-        print(f"\n| policy (accuracy, 95% Wilson CI) | all | " + " | ".join(k[len(prefix) :] for k in keys) + " |")
+        print(
+            "\n| policy (accuracy, 95% Wilson CI) | all | "
+            + " | ".join(k[len(prefix) :] for k in keys)
+            + " |"
+        )
         print("|---" * (len(keys) + 2) + "|")
         for label, groups in summaries.items():
             print(f"| {label} | {cell(groups['all'])} | " + " | ".join(cell(groups[k]) for k in keys) + " |")
-    print("\n| policy | n | reward | model tokens / episode | tokens read+written (cost) | turns | llm() calls |")
+    print(
+        "\n| policy | n | reward | model tokens / episode | tokens read+written (cost) | turns | llm() calls |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, groups in summaries.items():
         a = groups["all"]
