@@ -242,9 +242,10 @@ class GraphDecoder:
         slot.inv_temp.fill_(0.0 if temperature <= 0 else 1.0 / temperature)
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        # Autocast off: the trainer generates inside its bf16 autocast, which would feed bf16 keys into a
-        # cache allocated in the model's dtype (an index_copy_ dtype error on transformers 5.17) and mix
-        # dtypes across the captured step. The decoder runs in the weights' own dtype instead.
+        # Autocast off: the trainer generates inside its bf16 autocast, which mixes dtypes in the static cache
+        # (fp32 rotated keys, bf16 values: an index_copy_ error on transformers 5.17). Not enough under
+        # accelerate, whose prepared model wraps `forward` in autocast itself; that case still fails
+        # (bench/RESULTS.md), which is why the graph decoder is opt-in.
         with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
             # Prefill (eager; its width varies): the 2-D mask lets transformers build the causal+padding mask.
             logits = self.model(
