@@ -12,6 +12,13 @@ bucket) on real RLM prompts, at batch 64 and 256, with the memory-bandwidth floo
 
     python bench/rollout.py --gpu --model /root/smol --batches 64 256 --new-tokens 256
 
+As GRPO generates (`--grpo`): the model in bf16 with the recipe's LoRA adapter (r=32), prepared by accelerate
+with bf16 mixed precision (its autocast-wrapped forward) and called under the trainer's autocast; paths
+plain / lean (our decode loop, uncaptured) / graph. Each path's greedy log-probs are also checked against
+one eager forward of the same model over prompt + output (max |difference| over 4 prompts x 32 tokens):
+
+    python bench/rollout.py --gpu --grpo --batches 32 64 --new-tokens 384 --paths plain lean graph
+
 Each static shape is compiled once (warm-up, not timed) and then timed twice; a recompile inside the timed
 calls would show as a slow repeat.
 """
@@ -23,6 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -86,7 +94,47 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / statistics.median(times[2:])
 
 
-def gpu_bench(model_path: str, batches: list[int], new_tokens: int, paths: list[str]) -> None:
+def max_logprob_error(model: Any, backend: Any, prompts: list[list[int]], tokens: int = 32) -> float:
+    """Greedy-decode `tokens` tokens of 4 prompts with `backend`; the largest |log-prob - eager forward's|."""
+    import torch
+
+    from fathom.rollout.backends import Sampling
+
+    gens = backend.generate(prompts[:4], Sampling(max_new_tokens=tokens, temperature=0, logprobs=True))
+    worst = 0.0
+    for prompt, gen in zip(prompts, gens, strict=False):
+        ids = torch.tensor([prompt + gen.ids], device="cuda")
+        with torch.no_grad():
+            logp = model(input_ids=ids).logits.float().log_softmax(-1)[0]
+        rows = logp[len(prompt) - 1 : len(prompt) - 1 + len(gen.ids)]
+        eager = rows.gather(-1, torch.tensor(gen.ids, device="cuda")[:, None])[:, 0]
+        worst = max(worst, (eager.cpu() - torch.tensor(gen.logprobs)).abs().max().item())
+    return worst
+
+
+def grpo_model(model_path: str) -> tuple[Any, Any, Any]:
+    """The model as GRPO holds it: bf16 weights, LoRA r=32 (fp32 adapter), accelerate-prepared (bf16)."""
+    import torch
+    from accelerate import Accelerator
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).cuda()
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(model, LoraConfig(r=32, lora_alpha=64, lora_dropout=0.0, target_modules=targets))
+    with torch.no_grad():  # a trained adapter, not PEFT's zero-initialised no-op
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.01)
+    accelerator = Accelerator(mixed_precision="bf16")
+    return accelerator.prepare(model).eval(), accelerator, model
+
+
+def gpu_bench(
+    model_path: str, batches: list[int], new_tokens: int, paths: list[str], grpo: bool = False
+) -> None:
+    import contextlib
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,7 +142,12 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int, paths: list[
     from fathom.rollout.chat import ChatFormat
 
     tok = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).cuda().eval()
+    autocast: Any = contextlib.nullcontext
+    if grpo:
+        model, accelerator, _ = grpo_model(model_path)
+        autocast = accelerator.autocast
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).cuda().eval()
     chat = ChatFormat(tok)
     system = "You answer questions about a document stored in the Python variable `ctx`. " * 6
     prompts = [
@@ -109,13 +162,19 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int, paths: list[
         2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 2
     )
     prompt_len = max(len(p) for p in prompts)
-    print(f"GPU {torch.cuda.get_device_name()}, {model_path} ({params / 1e6:.1f}M params, bf16), "
+    print(f"GPU {torch.cuda.get_device_name()}, {model_path} ({params / 1e6:.1f}M params, bf16"
+          f"{', LoRA r=32, accelerate bf16 wrapper' if grpo else ''}), "
           f"prompt {prompt_len} tokens, {new_tokens} new tokens; copy bandwidth {bandwidth / 1e12:.2f} TB/s")  # fmt: skip
-    plain = HFBackend(model, tok, mode="plain")
-    static = HFBackend(model, tok, mode="static", max_cache_len=1024)
-    graph = HFBackend(model, tok, mode="graph", max_cache_len=1024, graph_max_new=new_tokens)
-    fused = HFBackend(model, tok, mode="graph", max_cache_len=1024, graph_max_new=new_tokens, fuse=True)
-    backends = {"plain": plain, "static": static, "graph": graph, "fused": fused}
+    cache = 1024
+    backends = {
+        "plain": HFBackend(model, tok, mode="plain"),
+        "static": HFBackend(model, tok, mode="static", max_cache_len=cache),
+        "lean": HFBackend(model, tok, mode="lean", max_cache_len=cache, graph_max_new=new_tokens),
+        "graph": HFBackend(model, tok, mode="graph", max_cache_len=cache, graph_max_new=new_tokens),
+        "fused": HFBackend(
+            model, tok, mode="graph", max_cache_len=cache, graph_max_new=new_tokens, fuse=True
+        ),
+    }
     print(
         f"{'batch':>5} {'path':>7} {'tok/s':>10} {'ms/step':>8} {'floor ms':>8} {'x plain':>8} {'run s':>14}"
     )
@@ -126,16 +185,17 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int, paths: list[
         results = {}
         for name in paths:
             backend = backends[name]
-            warm = time.perf_counter()
-            backend.generate(prompts[:batch], sampling)  # warm-up (compiles the static shape)
-            torch.cuda.synchronize()
-            warm_s = time.perf_counter() - warm
-            runs = []
-            for _ in range(2):
-                started = time.perf_counter()
-                out = backend.generate(prompts[:batch], sampling)
+            with autocast():
+                warm = time.perf_counter()
+                backend.generate(prompts[:batch], sampling)  # warm-up (compiles the static shape)
                 torch.cuda.synchronize()
-                runs.append(time.perf_counter() - started)
+                warm_s = time.perf_counter() - warm
+                runs = []
+                for _ in range(2):
+                    started = time.perf_counter()
+                    out = backend.generate(prompts[:batch], sampling)
+                    torch.cuda.synchronize()
+                    runs.append(time.perf_counter() - started)
             tokens = sum(len(g.ids) for g in out)
             best = min(runs)
             results[name] = tokens / best
@@ -147,6 +207,10 @@ def gpu_bench(model_path: str, batches: list[int], new_tokens: int, paths: list[
             print(
                 f"{name} captures: {backends[name]._decoder.captures} (one per shape; none in the timed runs)"
             )
+    print("max |log-prob - eager forward| (greedy, 4 prompts x 32 tokens, under the same autocast):")
+    for name in paths:
+        with autocast():
+            print(f"  {name:>7} {max_logprob_error(model, backends[name], prompts, min(32, new_tokens)):.2e}")
 
 
 def main() -> None:
@@ -156,13 +220,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--paths", nargs="+", default=["plain", "static", "graph", "fused"])
+    parser.add_argument("--grpo", action="store_true", help="bf16 + LoRA + accelerate wrapper, as in GRPO")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--turns", type=int, default=3)
     args = parser.parse_args()
     if args.gpu:
         if args.paths[0] != "plain":
             parser.error("--paths must start with plain (the baseline the others are compared with)")
-        gpu_bench(args.model, args.batches, args.new_tokens, args.paths)
+        gpu_bench(args.model, args.batches, args.new_tokens, args.paths, grpo=args.grpo)
     else:
         cpu_bench(args.episodes, args.turns, 32)
 

@@ -109,3 +109,34 @@ def test_graph_decoder_on_cuda_follows_the_model_through_updates_adapter_states_
     with torch.autocast("cuda", dtype=torch.bfloat16):
         in_autocast = graph.generate(prompts, GREEDY)
     _follows(model, prompts, in_autocast)
+
+
+def test_lean_decoder_on_cuda_follows_the_model():
+    """The uncaptured decode loop (mode="lean", what GRPO uses by default on a GPU) against the eager model."""
+    model, tok = _lora_tiny_cuda()
+    model.eval()
+    chat = ChatFormat(tok)
+    prompts = [chat.prompt_ids("You are helpful.", q) for q in QUESTIONS]
+    lean = HFBackend(model, tok, mode="lean", max_cache_len=256, graph_max_new=16)
+    _follows(model, prompts, lean.generate(prompts, GREEDY))
+    with model.disable_adapter():
+        _follows(model, prompts, lean.generate(prompts, GREEDY))
+    assert lean._decoder.captures == 0
+
+
+def test_captures_survive_dead_decoders():
+    """A decoder dropped in a reference cycle is freed by the garbage collector whenever it runs; if that
+    happens during another decoder's capture, destroying its graph invalidates the capture (seen on the
+    H200 as CUBLAS_STATUS_EXECUTION_FAILED on a fifth capture). Captures must survive a stream of them."""
+    model, tok = _lora_tiny_cuda()
+    model.eval()
+    chat = ChatFormat(tok)
+    prompts = [chat.prompt_ids("You are helpful.", q) for q in QUESTIONS]
+    first: dict[int, list[int]] = {}
+    for batch in (4, 4, 1, 2, 4, 4, 1, 4):
+        backend = HFBackend(model, tok, mode="graph", max_cache_len=256, graph_max_new=16)
+        out = [g.ids for g in backend.generate([prompts[0]] * batch, GREEDY)]
+        assert backend._decoder.captures == 1
+        first.setdefault(batch, out[0])
+        assert out == [first[batch]] * batch  # greedy, one prompt: the same in every row and every decoder
+        del backend

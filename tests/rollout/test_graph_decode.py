@@ -103,3 +103,62 @@ def test_graph_mode_keeps_a_slot_per_adapter_state():
     assert [g.ids for g in without] == [b.ids for b in base]
     assert [g.ids for g in without] != [g.ids for g in with_adapter]
     assert sorted(graph._decoder.slots) == [(4, 256, False), (4, 256, True)]
+
+
+def test_lean_decoder_runs_in_the_weights_dtype_under_accelerates_autocast_wrapper():
+    """GRPO generates from the model accelerate prepared, whose `forward` is wrapped in bf16 autocast (and
+    TRL's unwrapping keeps that wrapper). The decoder calls the original forward with autocast off, so its
+    static cache holds the weights' dtype and it decodes exactly what the unprepared fp32 model decodes."""
+    from accelerate import Accelerator
+
+    path = tiny_model_dir("tiny-qwen")
+    tok = AutoTokenizer.from_pretrained(path)
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    prepared = Accelerator(mixed_precision="bf16", cpu=True).prepare(
+        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    )
+    assert "_original_forward" in prepared.__dict__  # the wrapper this test is about
+    chat = ChatFormat(tok)
+    prompts = [chat.prompt_ids("You are helpful.", q) for q in QUESTIONS]
+    sampling = Sampling(max_new_tokens=10, temperature=0, logprobs=True)
+    plain = HFBackend(reference, tok, mode="plain").generate(prompts, sampling)
+    lean = HFBackend(prepared, tok, mode="lean", max_cache_len=256, graph_max_new=16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the trainer's own autocast around generation, too
+        got = lean.generate(prompts, sampling)
+    assert [g.ids for g in got] == [p.ids for p in plain]
+    for g, p in zip(got, plain, strict=True):
+        assert g.logprobs == pytest.approx(p.logprobs, abs=1e-4)
+    (slot,) = lean._decoder.slots.values()
+    assert {layer.keys.dtype for layer in slot.cache.layers} == {torch.float32}
+    assert {layer.values.dtype for layer in slot.cache.layers} == {torch.float32}
+
+
+def test_decoder_stops_once_every_live_row_has_sampled_eos():
+    """With an EOS id the loop ends at the first check after every live row sampled it (dummy bucket rows
+    never hold it up), and what it returns is the prefix of the full decode; `max_new` bounds the loop."""
+    from fathom.rollout.graph_decode import CHECK_EVERY, GraphDecoder
+
+    path = tiny_model_dir("tiny-qwen")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    chat = ChatFormat(tok)
+    prompt = torch.tensor([chat.prompt_ids("You are helpful.", QUESTIONS[2])])
+    ids = torch.cat([prompt, prompt])  # row 1 is bucket padding (live_rows=1)
+    attention = torch.ones_like(ids)
+    decoder = GraphDecoder(model, max_cache_len=256, max_new_tokens=4 * CHECK_EVERY)
+    torch.manual_seed(0)  # sampled (a random tiny model repeats one token when greedy); same seed, same draws
+    full, full_lp = decoder.decode(ids, attention, 1.0)
+    assert full.shape == (2, 4 * CHECK_EVERY)
+    row = full[0].tolist()
+    k = next(k for k in range(1, len(row)) if row[k] not in row[:k])  # a token first sampled at step k + 1
+    assert k < CHECK_EVERY - 1
+    torch.manual_seed(0)
+    early, early_lp = decoder.decode(ids, attention, 1.0, eos_id=row[k], live_rows=1)
+    assert early.shape == (2, CHECK_EVERY)  # stopped at the first check, not after 4 * CHECK_EVERY steps
+    assert torch.equal(early[0], full[0, :CHECK_EVERY])
+    assert torch.allclose(early_lp[0], full_lp[0, :CHECK_EVERY])
+    torch.manual_seed(0)
+    short, _ = decoder.decode(ids, attention, 1.0, max_new=5)
+    assert torch.equal(short, full[:, :5])
+    with pytest.raises(ValueError, match="max_new"):
+        decoder.decode(ids, attention, 0.0, max_new=4 * CHECK_EVERY + 1)

@@ -19,6 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from fathom.rollout.backends import MODES
+
 POLICIES = ("expert", "direct", "rlm")
 
 
@@ -126,8 +128,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--generation-mode",
         default="auto",
-        choices=("auto", "plain", "static", "graph"),
-        help="HF generation path (fathom.rollout.HFBackend): auto = plain generate; graph = the CUDA-graph decoder (opt-in)",
+        choices=("auto", *MODES),
+        help="generation path (fathom.rollout.HFBackend): auto = plain generate; lean = our decode loop; "
+        "graph = lean with each step a captured CUDA graph",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")

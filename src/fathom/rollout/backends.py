@@ -3,7 +3,9 @@
 - `HFBackend`: transformers `generate` on left-padded batches. ``mode="plain"`` is the reference path;
   ``mode="static"`` uses transformers' static KV cache (the decode step is compiled with CUDA graphs on a
   GPU) with the batch padded to a few fixed sizes and the cache to a fixed length, so shapes repeat and
-  nothing recompiles inside a training or eval loop after warm-up.
+  nothing recompiles inside a training or eval loop after warm-up. ``mode="lean"`` and ``mode="graph"``
+  use our own decode loop (`fathom.rollout.graph_decode`): a static cache, sampling on the device, no host
+  sync per step; "graph" also replays each step as a captured CUDA graph.
 - `VLLMBackend`: vLLM's offline engine when the optional extra is installed.
 
 A backend returns the sampled ids verbatim (cut after the first stop token), whether the model finished
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-MODES = ("plain", "static", "graph")
+MODES = ("plain", "static", "lean", "graph")
 LENGTH_BUCKET = 256
 
 
@@ -52,7 +54,7 @@ def bucket(n: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
 
 
 class HFBackend:
-    """transformers generation: plain `generate`, its static-cache path, or our CUDA-graph decoder."""
+    """transformers generation: plain `generate`, its static-cache path, or our decode loop (lean / graph)."""
 
     def __init__(
         self,
@@ -95,11 +97,17 @@ class HFBackend:
         from fathom.rollout.graph_decode import GraphDecoder
 
         if sampling.top_p < 1.0 or sampling.top_k:
-            raise ValueError("mode='graph' samples from the full distribution: use top_p=1.0, top_k=0")
+            raise ValueError(f"mode={self.mode!r} samples from the full distribution: use top_p=1.0, top_k=0")
         if sampling.max_new_tokens > self.graph_max_new:
             raise ValueError(f"max_new_tokens {sampling.max_new_tokens} > graph_max_new {self.graph_max_new}")
         if self._decoder is None:
-            self._decoder = GraphDecoder(self.model, self.max_cache_len, self.graph_max_new, fuse=self.fuse)
+            self._decoder = GraphDecoder(
+                self.model,
+                self.max_cache_len,
+                self.graph_max_new,
+                capture=None if self.mode == "graph" else False,  # graph: captured on a GPU
+                fuse=self.fuse,
+            )
         rows, width = bucket(len(prompts)), max(len(p) for p in prompts)
         input_ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((rows, width), dtype=torch.long)
@@ -110,7 +118,14 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         try:
-            out, logprobs = self._decoder.decode(input_ids, attention, sampling.temperature)
+            out, logprobs = self._decoder.decode(
+                input_ids,
+                attention,
+                sampling.temperature,
+                max_new=sampling.max_new_tokens,
+                eos_id=None if sampling.ignore_eos else self.eos_id,  # stop once every real row has ended
+                live_rows=len(prompts),
+            )
         finally:
             self.model.train(was_training)
         results = []
@@ -127,7 +142,7 @@ class HFBackend:
     def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         import torch
 
-        if self.mode == "graph":
+        if self.mode in ("lean", "graph"):
             return self._generate_graph(prompts, sampling)
 
         rows = len(prompts)

@@ -8,8 +8,14 @@ once as a CUDA graph and replayed, with no host sync until the end (EOS is cut o
 
 Shapes never change after capture: the batch is padded to a bucket, the cache has a fixed length, and the
 step's varying inputs (position, next token, the mask column) live in device buffers the graph reads. The
-prefill runs eagerly (its length varies). On a CPU (tests) the same step runs eagerly, uncaptured, and
-greedy decoding matches `generate` token for token.
+prefill runs eagerly (its length varies). With ``capture=False`` (always on a CPU; ``mode="lean"`` on a GPU)
+the same step runs eagerly, uncaptured: still no per-step host sync or logits processors, and greedy
+decoding matches `generate` token for token. Decoding stops early once every live row has sampled EOS
+(checked every `CHECK_EVERY` steps, the only host syncs of the loop).
+
+The model is called through its own ``forward``, under autocast switched off: accelerate wraps a prepared
+model's ``forward`` in bf16 autocast (kept by the unwrapping TRL does for generation), which would put fp32
+rotated keys and bf16 values into one static cache. The decoder runs in the weights' own dtypes instead.
 
 A graph reads the weights by address, so in-place optimizer steps are seen by the next replay; but it also
 freezes every Python branch the forward took at capture, such as whether PEFT's LoRA layers were switched
@@ -21,12 +27,23 @@ interface (stopping at EOS, log-probs, stop strings).
 
 from __future__ import annotations
 
+import gc
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 DECODE_ATTENTION = "fathom_gqa_decode"
 CACHE_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+CHECK_EVERY = 16  # decode steps between the host's looks at "has every row sampled EOS?"
+
+
+def raw_forward(model: Any) -> Any:
+    """`model`'s forward without accelerate's mixed-precision wrapper (autocast + fp32 outputs), if it has one.
+
+    accelerate keeps the original bound method as ``_original_forward`` when it wraps; a model it never
+    prepared is returned as is (called through ``__call__``, hooks and all)."""
+    original = model.__dict__.get("_original_forward")
+    return original if original is not None else model
 
 
 def gqa_attention(
@@ -111,6 +128,8 @@ class _Slot:
     out: Any  # (B, max_new) sampled ids
     logprobs: Any  # (B, max_new) log-prob of each sampled id under the temperature-scaled distribution
     inv_temp: Any  # (1,) 1 / temperature (0 -> greedy)
+    eos: Any  # (1,) the EOS id (-1: none, never done)
+    done: Any  # (B,) bool: the row has sampled EOS (dummy rows start done)
     graph: Any = None
 
 
@@ -138,6 +157,12 @@ class GraphDecoder:
         self.model, self.max_cache_len, self.max_new = model, max_cache_len, max_new_tokens
         self.device = next(model.parameters()).device
         self.capture = self.device.type == "cuda" if capture is None else capture
+        if self.capture and self.device.type != "cuda":
+            raise ValueError("capture=True needs the model on a CUDA device")
+        self._call = raw_forward(model)
+        # One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream, and a capture
+        # on a stream other than the warm-up's would make it set one up inside the graph.
+        self._stream = torch.cuda.Stream(self.device) if self.capture else None
         self._forward = (
             torch.compile(self._decode_forward, dynamic=False, fullgraph=False)
             if fuse
@@ -167,6 +192,8 @@ class GraphDecoder:
             out=torch.zeros(batch, self.max_new, dtype=torch.long, device=dev),
             logprobs=torch.zeros(batch, self.max_new, dtype=torch.float32, device=dev),
             inv_temp=torch.ones(1, dtype=torch.float32, device=dev),
+            eos=torch.full((1,), -1, dtype=torch.long, device=dev),
+            done=torch.zeros(batch, dtype=torch.bool, device=dev),
         )
         self.slots[key] = slot
         return slot
@@ -194,13 +221,14 @@ class GraphDecoder:
         choice, logp = self._sample(logits, slot)
         slot.out.index_copy_(1, slot.step, choice)
         slot.logprobs.index_copy_(1, slot.step, logp)
+        slot.done.logical_or_(choice[:, 0] == slot.eos)
         slot.next_ids.copy_(choice)
         slot.positions.add_(1)
         slot.cache_pos.add_(1)
         slot.step.add_(1)
 
     def _decode_forward(self, next_ids: Any, mask: Any, positions: Any, cache: Any, cache_pos: Any) -> Any:
-        return self.model(
+        return self._call(
             input_ids=next_ids,
             attention_mask=mask,
             position_ids=positions,
@@ -212,27 +240,52 @@ class GraphDecoder:
 
     def _capture(self, slot: _Slot) -> None:
         torch = self._torch
-        saved = [t.clone() for t in (slot.mask, slot.next_ids, slot.positions, slot.cache_pos, slot.step)]
-        stream = torch.cuda.Stream()
+        state = (slot.mask, slot.next_ids, slot.positions, slot.cache_pos, slot.step, slot.done)
+        saved = [t.clone() for t in state]
+        stream = self._stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):  # warm-up outside the graph (allocator, lazy kernels, compilation)
                 self._step(slot)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._step(slot)
-        for buf, value in zip(
-            (slot.mask, slot.next_ids, slot.positions, slot.cache_pos, slot.step), saved, strict=True
-        ):
+        # No garbage collection during the capture: a dead decoder's graph freed mid-capture calls
+        # cudaGraphExecDestroy, which is illegal while a stream captures; it invalidated the capture and the
+        # next cuBLAS call failed (CUBLAS_STATUS_EXECUTION_FAILED, seen on the H200). Collect first instead.
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                self._step(slot)
+        finally:
+            if was_enabled:
+                gc.enable()
+        for buf, value in zip(state, saved, strict=True):
             buf.copy_(value)
         slot.graph = graph
         self.captures += 1
 
-    def decode(self, input_ids: Any, attention: Any, temperature: float) -> tuple[Any, Any]:
-        """Left-padded (B, W) prompts -> ((B, max_new) ids, (B, max_new) log-probs), on the host."""
+    def decode(
+        self,
+        input_ids: Any,
+        attention: Any,
+        temperature: float,
+        max_new: int | None = None,
+        eos_id: int | None = None,
+        live_rows: int | None = None,
+    ) -> tuple[Any, Any]:
+        """Left-padded (B, W) prompts -> ((B, n) ids, (B, n) log-probs) on the host, n <= `max_new`.
+
+        `max_new`: new tokens wanted (default: the decoder's maximum). `eos_id`: stop once each of the first
+        `live_rows` rows (default: all; the rest are bucket padding) has sampled it; n is then where the
+        loop stopped, and every live row has its EOS within its n ids. Ids after a row's EOS are garbage.
+        """
         torch = self._torch
         batch, width = input_ids.shape
+        steps = self.max_new if max_new is None else max_new
+        if not 1 <= steps <= self.max_new:
+            raise ValueError(f"max_new must be in [1, {self.max_new}], got {steps}")
         if width + self.max_new > self.max_cache_len:
             raise ValueError(
                 f"prompt {width} + {self.max_new} new tokens exceeds the cache ({self.max_cache_len})"
@@ -240,15 +293,16 @@ class GraphDecoder:
         slot = self._slot(batch, cache_bucket(width + self.max_new, self.max_cache_len))
         slot.cache.reset()
         slot.inv_temp.fill_(0.0 if temperature <= 0 else 1.0 / temperature)
+        slot.eos.fill_(-1 if eos_id is None else eos_id)
+        live = batch if live_rows is None else live_rows
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        # Autocast off: the trainer generates inside its bf16 autocast, which mixes dtypes in the static cache
-        # (fp32 rotated keys, bf16 values: an index_copy_ error on transformers 5.17). Not enough under
-        # accelerate, whose prepared model wraps `forward` in autocast itself; that case still fails
-        # (bench/RESULTS.md), which is why the graph decoder is opt-in.
+        # Autocast off, and the model's own forward (`raw_forward`): the trainer generates inside its bf16
+        # autocast, and accelerate's prepared model enters it again in its wrapped `forward`; either mixes
+        # dtypes in the static cache (fp32 rotated keys, bf16 values: an index_copy_ error, transformers 5.17).
         with torch.no_grad(), torch.autocast(self.device.type, enabled=False):
             # Prefill (eager; its width varies): the 2-D mask lets transformers build the causal+padding mask.
-            logits = self.model(
+            logits = self._call(
                 input_ids=input_ids,
                 attention_mask=attention,
                 position_ids=positions,
@@ -266,11 +320,17 @@ class GraphDecoder:
             slot.positions.copy_(positions[:, -1:] + 1)
             slot.cache_pos.fill_(width)
             slot.step.fill_(1)
+            slot.done.copy_(first[:, 0] == slot.eos)
+            slot.done[live:] = True
             if self.capture and slot.graph is None:
                 self._capture(slot)
-            for _ in range(self.max_new - 1):
+            n = 1
+            while n < steps:
                 if slot.graph is not None:
                     slot.graph.replay()
                 else:
                     self._step(slot)
-        return slot.out.cpu(), slot.logprobs.cpu()
+                n += 1
+                if eos_id is not None and n % CHECK_EVERY == 0 and bool(slot.done.all()):
+                    break
+        return slot.out[:, :n].cpu(), slot.logprobs[:, :n].cpu()

@@ -86,7 +86,7 @@ class RolloutSection:
     top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
     top_k: int = 0
     generation_mode: str = (
-        "auto"  # fathom.rollout.HFBackend: auto (= plain for now) | plain | static | graph (opt-in)
+        "auto"  # fathom.rollout.HFBackend: auto (= plain for now) | plain | static | lean | graph
     )
     max_cache_len: int = 8192  # static and graph modes
     graph_fuse: bool = False  # graph mode: inductor-fuse the step (~50 s compile per shape, ~2x faster)
@@ -104,9 +104,10 @@ class RolloutSection:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
         _positive("rollout", self, "temperature", "top_k", allow_zero=True)
         _one_of("rollout", "generation_mode", self.generation_mode, ("auto", *MODES))
-        if self.generation_mode == "graph" and (self.top_p < 1 or self.top_k):
+        if self.generation_mode in ("lean", "graph") and (self.top_p < 1 or self.top_k):
             raise ConfigError(
-                "rollout.generation_mode = 'graph' samples the full distribution: top_p = 1, top_k = 0"
+                f"rollout.generation_mode = {self.generation_mode!r} samples the full distribution: "
+                "top_p = 1, top_k = 0"
             )
         _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))
         _one_of("rollout", "lockstep", self.lockstep, ("auto", "on", "off"))
