@@ -25,6 +25,20 @@ def device_for(setting: str) -> str:
     return setting
 
 
+def process_state(setting: str) -> tuple[str, Any]:
+    """(device, accelerate ``PartialState``) for this process, before the trainer exists.
+
+    Under ``accelerate launch`` (torchrun) on a machine without CUDA, a plain ``PartialState()`` would see no
+    distributed backend and call every process the main one of a world of one; the trainer (``use_cpu``)
+    then joins a gloo group of N. Passing ``cpu`` makes this early state agree with the trainer's, so the
+    slot count, the main-process writes and the trace file names are right on CPUs as on GPUs.
+    """
+    from accelerate import PartialState
+
+    device = device_for(setting)
+    return device, PartialState(cpu=device == "cpu")
+
+
 def use_bf16(setting: str, device: str) -> bool:
     """``grpo.bf16``: auto means bf16 autocast on a CUDA device that supports it."""
     import torch

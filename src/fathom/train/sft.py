@@ -131,7 +131,6 @@ def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
 
 
 def run_sft(config: TrainConfig) -> dict[str, Any]:
-    from accelerate import PartialState
     from datasets import Dataset
     from transformers import TrainerCallback, set_seed
     from trl import SFTConfig as TRLSFTConfig
@@ -139,13 +138,13 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
 
     from fathom.models import load_tokenizer
     from fathom.models.loading import ModelSpec
-    from fathom.train.policy import device_for, load_policy, merge_base, use_bf16
+    from fathom.train.policy import load_policy, merge_base, process_state, use_bf16
 
     s = config.sft
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_toml(config), encoding="utf-8")  # same text from every rank
-    dist = PartialState()
+    device, dist = process_state(config.run.device)
     started = time.perf_counter()
     transcripts = Path(s.transcripts) if s.source == "file" else run_dir / "transcripts.jsonl"
     if s.source != "file" and dist.is_main_process:  # collected once; every rank trains on the same file
@@ -168,7 +167,6 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
             f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
         )
 
-    device = device_for(config.run.device)
     set_seed(config.run.seed)
     model, tokenizer = load_policy(config.model, device)
     probe = examples[:LOSS_PROBE]
