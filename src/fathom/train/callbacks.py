@@ -123,6 +123,13 @@ class FathomCallback(TrainerCallback):
         rollouts, scored, reward_sum, correct_sum, tokens, gen_s, roll_s = trainer.accelerator.reduce(
             local, reduction="sum"
         ).tolist()
+        # The slowest rank sets the pace (every rank waits for it at the first collective after the rollout)
+        slowest = torch.tensor([s.generate_s, s.rollout_s], dtype=torch.float64, device=local.device)
+        if trainer.accelerator.num_processes > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        gen_max_s, roll_max_s = slowest.tolist()
         if rollouts == 0:  # no generation this step (num_iterations > 1 reuses the last batch)
             return
         world = trainer.accelerator.num_processes
@@ -133,11 +140,14 @@ class FathomCallback(TrainerCallback):
             "progress/examples_seen": recipe.examples_seen,
             "progress/model_tokens_seen": recipe.model_tokens_seen,
         }
-        out["time/rollout_s"] = roll_s / world
+        out["time/rollout_s"] = roll_s / world  # the mean over ranks; *_max_s: the slowest rank
         out["time/generate_s"] = gen_s / world
+        out["time/rollout_max_s"] = roll_max_s
+        out["time/generate_max_s"] = gen_max_s
         out["time/env_s"] = max(0.0, (roll_s - gen_s) / world)
-        out["time/optimise_s"] = max(0.0, step_s - roll_s / world)
-        out["throughput/sampled_tokens_per_s"] = tokens / max(step_s, 1e-9)
+        out["time/optimise_s"] = max(0.0, step_s - roll_max_s)
+        out["throughput/sampled_tokens_per_s"] = tokens / max(step_s, 1e-9)  # every rank's tokens
+        out["world_size"] = world
         if scored:
             reward, accuracy = reward_sum / scored, correct_sum / scored
             value = accuracy if self.config.curriculum.metric == "accuracy" else reward

@@ -129,9 +129,17 @@ def _atomic_save(final: Path, save: Any) -> Path:
 
 
 def export(
-    model: Any, tokenizer: Any, out_dir: str | Path, base_name: str, config: CheckpointConfig
+    model: Any,
+    tokenizer: Any,
+    out_dir: str | Path,
+    base_name: str,
+    config: CheckpointConfig,
+    state_dict: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Adapter first (LoRA), then a merged 16-bit model; a full fine-tune is saved in 16-bit directly."""
+    """Adapter first (LoRA), then a merged 16-bit model; a full fine-tune is saved in 16-bit directly.
+
+    `state_dict`: the model's full (unsharded) state, for a model whose parameters are shards (FSDP): it is
+    gathered by every rank together (``accelerator.get_state_dict``) and written from it here."""
     import torch
 
     out_dir = Path(out_dir)
@@ -140,7 +148,10 @@ def export(
     if hasattr(model, "peft_config"):
 
         def save_adapter(d: Path) -> None:
-            model.save_pretrained(d)
+            if state_dict is None:
+                model.save_pretrained(d)
+            else:  # PEFT keeps the adapter's keys of a full state dict
+                model.save_pretrained(d, state_dict=state_dict)
             tokenizer.save_pretrained(d)
 
         adapter = _atomic_save(out_dir / "adapter", save_adapter)
@@ -152,6 +163,11 @@ def export(
     else:
 
         def save_full(d: Path) -> None:
+            if state_dict is not None:
+                cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
+                model.save_pretrained(d, state_dict=cast)
+                tokenizer.save_pretrained(d)
+                return
             original = next(model.parameters()).dtype
             model.to(dtype)
             try:

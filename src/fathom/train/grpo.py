@@ -103,18 +103,18 @@ def build_grpo(
 ) -> GRPORun:
     """Everything for one GRPO run, resumed state included; call ``run.trainer.train(...)`` to train."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the documented path we chose
-    from accelerate import PartialState
     from datasets import Dataset
     from transformers import set_seed
     from trl import GRPOConfig
 
     from fathom.train.callbacks import FathomCallback, set_loss_temperature
-    from fathom.train.policy import device_for, load_policy, use_bf16
+    from fathom.train.generation import needs_lockstep
+    from fathom.train.policy import load_policy, process_state, use_bf16
     from fathom.train.rollout_func import FathomRollout, fathom_reward
 
     if not config.run.run_dir:
         raise ConfigError("run.run_dir is empty: say where the run goes")
-    dist = PartialState()
+    device, dist = process_state(config.run.device)
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_from = resume_point(config, run_dir)
@@ -131,7 +131,6 @@ def build_grpo(
                 truncate_after(run_dir / name, step)
     dist.wait_for_everyone()
 
-    device = device_for(config.run.device)
     set_seed(config.run.seed)  # before the model: a fresh LoRA adapter initialises the same way every run
     model, tokenizer = load_policy(config.model, device)
     g = config.grpo
@@ -188,6 +187,18 @@ def build_grpo(
         processing_class=tokenizer,
         rollout_func=rollout,
     )
+    if trainer.accelerator.num_processes != dist.num_processes:  # the slot count above assumed dist's world
+        raise RuntimeError(
+            f"the trainer runs {trainer.accelerator.num_processes} processes but the run was set up for "
+            f"{dist.num_processes}: launch with accelerate/torchrun and a matching run.device"
+        )
+    mode = config.rollout.generation_mode
+    if needs_lockstep(trainer, config.rollout.lockstep) and mode not in ("auto", "plain"):
+        raise ConfigError(
+            f"rollout.generation_mode = {mode!r} under lockstep generation (FSDP, or "
+            "rollout.lockstep = 'on'): every forward is a collective there, which only plain HF generate keeps "
+            "in step across ranks (synced_gpus); use rollout.generation_mode = 'plain'"
+        )
     if dist.num_processes > 1 and g.per_device_train_batch_size % g.num_generations:
         raise ConfigError(
             f"with {dist.num_processes} processes, grpo.per_device_train_batch_size "
@@ -215,6 +226,9 @@ def train_run(run: GRPORun) -> dict[str, Any]:
     trainer, config = run.trainer, run.config
     result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
     exported: dict[str, str] = {}
+    full_state = None
+    if getattr(trainer, "is_fsdp_enabled", False):  # sharded parameters: gather them, every rank together
+        full_state = trainer.accelerator.get_state_dict(trainer.model)
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
         exported = checkpoint.export(
@@ -223,7 +237,9 @@ def train_run(run: GRPORun) -> dict[str, Any]:
             run.run_dir / "final",
             merge_base(config.model),
             config.checkpoint,
+            state_dict=full_state,
         )
+    trainer.accelerator.wait_for_everyone()  # no rank leaves (and tears down the group) before the export
     summary = {
         "steps": trainer.state.global_step,
         "resumed_from": str(run.resume_from) if run.resume_from else None,

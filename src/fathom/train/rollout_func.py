@@ -19,6 +19,7 @@ recipe state or touch the optimiser.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from fathom.train.generation import (
     TimedBackend,
     needs_lockstep,
     policy_model,
+    synced_generation,
 )
 from fathom.train.recipe import RecipeState, Scored, Shaped, shape_group
 from fathom.train.runlog import JsonlWriter
@@ -157,9 +159,12 @@ class FathomRollout:
                 )
             inner: Any = self._backend
             lockstep = None
+            synced: Any = contextlib.nullcontext()
+            device = trainer.accelerator.device
             if needs_lockstep(trainer, r.lockstep):
-                lockstep = inner = LockstepBackend(inner, self.chat.prompt_ids("", "ok"))
-            timed = TimedBackend(inner, trainer.accelerator.autocast)
+                lockstep = inner = LockstepBackend(inner, self.chat.prompt_ids("", "ok"), device=device)
+                synced = synced_generation(model)
+            timed = TimedBackend(inner, trainer.accelerator.autocast, device=device)
             sub_lm: Any = None
             engine_sub: EngineSubLM | None = None
             if r.sub_lm in ("policy", "base"):
@@ -180,9 +185,10 @@ class FathomRollout:
                 return RLMEnvironment(env_config, sub_lm=sub_lm)
 
             engine = RolloutEngine(timed, self.chat, env_factory, self.engine_config, sub_lm=engine_sub)
-            rollouts = engine.run_sync(list(tasks), sampling)
-            if lockstep is not None:
-                lockstep.drain()
+            with synced:
+                rollouts = engine.run_sync(list(tasks), sampling)
+                if lockstep is not None:
+                    lockstep.drain()
         return rollouts, timed
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -293,12 +299,16 @@ def fathom_reward(
     fathom_info: list[dict[str, float]],
     **kwargs: Any,
 ) -> list[float | None]:
-    """TRL reward function: the shaped reward from `FathomRollout`; logs each component and behaviour mean."""
+    """TRL reward function: the shaped reward from `FathomRollout`; logs each component and behaviour mean.
+
+    Every rollout's value is logged on its own: TRL averages a metric as (sum of values) / (count of values)
+    over every rank, so the logged figure is the mean over all rollouts of the step on all ranks. (One mean
+    per rank would weigh a rank's rollouts by how many of them carry the key: ``accuracy`` and ``reward/*``
+    exist only for rollouts the infrastructure did not fail.)"""
     log_metric = kwargs.get("log_metric")
     if log_metric is not None:
-        keys = sorted({k for info in fathom_info for k in info})
-        for key in keys:
-            values = [info[key] for info in fathom_info if key in info]
-            if values:
-                log_metric(key, sum(values) / len(values))
+        for key in sorted({k for info in fathom_info for k in info}):
+            for info in fathom_info:
+                if key in info:
+                    log_metric(key, info[key])
     return list(fathom_reward)
