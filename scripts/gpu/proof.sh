@@ -4,6 +4,7 @@
 # evaluation against the baselines, every row on the same tasks.
 #
 #   scripts/gpu/proof.sh STAGE [STAGE...]     stages, in order: data baselines sft grpo final report (or: all)
+#                                            (baselines = expert direct untrained, each also a stage)
 #
 # Each stage is one `fathom` command (or a few) sized to end well inside the lent machine's 10-minute
 # limit per command; state lives in $PROOF_DIR on that machine (kept while it stays warm between
@@ -26,16 +27,18 @@ case ${PROOF_SCALE:-full} in
   full)  # 3 held-out tasks per family x length (one per difficulty: 7 x 4 x 3 = 84), the same for every row;
     # sized for one 30-minute GPU lease with HF `generate` (see GEN_MODE)
     HELDOUT=84 TRAIN=840 EVAL=42 SFT_TASKS=384 SFT_EPOCHS=3 GRPO_MINUTES=${GRPO_MINUTES:-4.5} GRPO_STEPS=1000
-    EVAL_BATCH=84 DIRECT_BATCH=28 NGROUPS=4 ;;
+    EVAL_BATCH=84 DIRECT_BATCH=28 NGROUPS=${NGROUPS:-8} ;;
   tiny)
     HELDOUT=84 TRAIN=84 EVAL=14 SFT_TASKS=8 SFT_EPOCHS=1 GRPO_MINUTES=${GRPO_MINUTES:-0.5} GRPO_STEPS=3
     EVAL_BATCH=84 DIRECT_BATCH=84 NGROUPS=1 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-# Generation path for rollouts and evaluations. `plain` (HF generate) by default: on the H200 the CUDA-graph
-# decoder's captured step drifted from the eager model (~2e-3 in log-prob, amplified by large LoRA updates)
-# and one capture failed in cuBLAS (bench/RESULTS.md); `graph` stays available for speed runs.
-GEN_MODE=${GEN_MODE:-plain}
+# Generation path for rollouts and evaluations: `lean` (our decode loop over a static cache, uncaptured: the
+# eager model's numbers, without `generate`'s per-step overhead) by default; `plain` is HF generate, `graph`
+# also captures the step as a CUDA graph (bench/RESULTS.md has all three on the H200).
+GEN_MODE=${GEN_MODE:-lean}
+GRPO_LR=${GRPO_LR:-1e-4}  # LoRA; a short run (tens of steps) with no warm-up
+G=${GRPO_DIR:-grpo} GRPO_SEED=${GRPO_SEED:-0}  # a second GRPO run (the seed's replicate) goes to another dir
 HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
@@ -60,11 +63,10 @@ stage_data() {
     --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${HELDOUT_LENGTHS[@]}" --no-progress
   keep "$D/data/build.json"
 }
-stage_baselines() {
-  evaluate expert expert "$MODEL" "expert (upper bound)"
-  evaluate direct direct "$MODEL" "direct, truncated (untrained)"
-  evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"
-}
+stage_expert() { evaluate expert expert "$MODEL" "expert (upper bound)"; }
+stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
+stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
+stage_baselines() { stage_expert && stage_direct && stage_untrained; }
 stage_sft() { # full fine-tune on correct expert transcripts of every train length and difficulty
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
     --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
@@ -75,19 +77,23 @@ stage_sft() { # full fine-tune on correct expert transcripts of every train leng
 stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers; resumes when run again
   # NGROUPS x 8 rollouts per step, generated at once; the loss runs in 4 micro-batches (full-vocabulary
   # logits of a whole generation batch at once would not fit in memory at larger NGROUPS)
-  fathom grpo --config "$RECIPE" --run.run_dir="$D/grpo" --run.device="$DEVICE" --model.name="$MODEL" \
+  fathom grpo --config "$RECIPE" --run.run_dir="$D/$G" --run.device="$DEVICE" --model.name="$MODEL" \
+    --run.seed="$GRPO_SEED" \
     --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$GRPO_MINUTES" --grpo.max_steps="$GRPO_STEPS" \
     --grpo.per_device_train_batch_size=$((NGROUPS * 2)) --grpo.gradient_accumulation_steps=4 \
     --eval.every=0 --checkpoint.save_every=5 --logging.progress=false \
     --curriculum.min_dwell_steps=4 --rollout.generation_mode="$GEN_MODE" --model.dtype=bfloat16 \
+    --grpo.learning_rate="$GRPO_LR" --grpo.warmup_steps=0 \
     --rollout.max_turns=4 --rollout.max_new_tokens=384 --rollout.max_total_tokens=2560
-  keep "$D/grpo/summary.json" "$D/grpo/metrics.jsonl" "$D/grpo/config.toml"
-  { head -n 64 "$D/grpo/traces.jsonl"; tail -n 128 "$D/grpo/traces.jsonl"; } > "$D/grpo/traces_sample.jsonl"
-  keep "$D/grpo/traces_sample.jsonl"  # whole conversations, first and last rollouts of the run
+  keep "$D/$G/summary.json" "$D/$G/metrics.jsonl" "$D/$G/config.toml"
+  { head -n 64 "$D/$G/traces.jsonl"; tail -n 128 "$D/$G/traces.jsonl"; } > "$D/$G/traces_sample.jsonl"
+  keep "$D/$G/traces_sample.jsonl"  # whole conversations, first and last rollouts of the run
 }
 stage_final() {
-  evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO)"
+  local label="rlm (SFT+GRPO)"
+  [ "$G" = grpo ] || label="rlm (SFT+GRPO, $G)"
+  evaluate "rlm-$G" rlm "$D/$G/final/merged" "$label"
 }
 stage_report() {
   ln -sfn "$D/eval" "$D/grpo/evals"
@@ -107,5 +113,5 @@ for stage in "$@"; do
 done
 # $OUT (the lent machine's return folder) takes at most 8 files: what this invocation kept, as one archive
 if [ -n "${OUT:-}" ] && [ -d "$D/keep" ]; then
-  mkdir -p "$OUT" && (cd "$D" && find keep -type f -newer .started -print0 | tar -czf "$OUT/proof-$(IFS=-; echo "$*").tgz" --null -T -)
+  mkdir -p "$OUT" && (cd "$D" && find keep -type f -newer .started -print0 | tar -czf "$OUT/proof-$(IFS=-; echo "$*")${GRPO_DIR:+-$GRPO_DIR}.tgz" --null -T -)
 fi
