@@ -31,10 +31,14 @@ def process_state(setting: str) -> tuple[str, Any]:
     Under ``accelerate launch`` (torchrun) on a machine without CUDA, a plain ``PartialState()`` would see no
     distributed backend and call every process the main one of a world of one; the trainer (``use_cpu``)
     then joins a gloo group of N. Passing ``cpu`` makes this early state agree with the trainer's, so the
-    slot count, the main-process writes and the trace file names are right on CPUs as on GPUs.
+    slot count, the main-process writes and the trace file names are right on CPUs as on GPUs. Under a
+    launcher, this process is also made to die with it (`fathom.train.launcher`).
     """
     from accelerate import PartialState
 
+    from fathom.train.launcher import die_with_launcher
+
+    die_with_launcher()  # under accelerate launch / torchrun: a killed launcher takes this rank with it
     device = device_for(setting)
     return device, PartialState(cpu=device == "cpu")
 
