@@ -1,4 +1,7 @@
-"""Run a ``fathom`` command with accelerate's FSDP on CPU processes (gloo): ``python cpu_fsdp.py grpo ...``.
+"""Run a script with accelerate's FSDP on CPU processes (gloo), under ``accelerate launch``:
+
+    accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 2 \
+        tests/train/cpu_fsdp.py -m fathom grpo --config configs/tiny-cpu.toml ...   # or: cpu_fsdp.py SCRIPT ...
 
 accelerate turns an FSDP launch into plain DDP when the processes are CPUs: ``AcceleratorState`` switches to
 ``DistributedType.FSDP`` only for multi-accelerator types (MULTI_GPU, MULTI_XPU, ...), never MULTI_CPU, so
@@ -43,7 +46,13 @@ def allow_fsdp_on_cpu() -> None:
 
 
 if __name__ == "__main__":
-    allow_fsdp_on_cpu()
-    from fathom.cli import main
+    import runpy
 
-    sys.exit(main(sys.argv[1:]))
+    allow_fsdp_on_cpu()
+    if sys.argv[1:2] == ["-m"]:
+        sys.argv = [sys.argv[2], *sys.argv[3:]]
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[1:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+        runpy.run_path(sys.argv[0], run_name="__main__")
