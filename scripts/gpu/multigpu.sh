@@ -23,55 +23,66 @@
 # GPU machine (after scripts/gpu/stage_smollm2_part{1,2}.sh and `proof.sh data sft grpo`), one device call each:
 #   source scripts/gpu/stage_smollm2_part2.sh && scripts/gpu/multigpu.sh ddp       (kind nvidia-h200-x2)
 #
-# Rehearsal on a CPU (gloo; the tiny model, a varied reward so the loss is not 0, FSDP forced past accelerate's
-# CPU fallback by tests/train/cpu_fsdp.py; ~6 min for all):
+# Rehearsal on a CPU (gloo; FSDP forced past accelerate's CPU fallback by tests/train/cpu_fsdp.py): the tiny
+# model with a varied reward so the loss is not 0 (~3 min for all), or MG_REF_CONFIG=<a CPU proof.sh run's
+# grpo/config.toml> for the GPU's code path (reference config, geometry, `-m fathom grpo`):
 #   MULTI_DEVICE=cpu MG_DIR=/tmp/mg PY=.venv/bin/python scripts/gpu/multigpu.sh all
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # The lent multi-GPU hosts: NVLink SHARP / multicast must stay off (NCCL, torch symmetric memory, NVSHMEM)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TOKENIZERS_PARALLELISM=false
 PY=${PY:-python3}
 D=${PROOF_DIR:-/root/proof}
 M=${MG_DIR:-$D/multigpu}
 NPROC=${MG_PROCS:-2}
-MINUTES=${MG_MINUTES:-4}
+MINUTES=${MG_MINUTES:-4}          # training minutes per stage (the step under way when they run out finishes)
+FSDP_MINUTES=${MG_FSDP_MINUTES:-3}  # FSDP generates with HF generate, slower steps: a smaller budget
+REF_RUN=""                          # the single-GPU run the settings come from, compared as "proof"
 KIND=${MULTI_DEVICE:-cuda}
 mkdir -p "$M"
 
-if [ "$KIND" = cpu ]; then
-  # tiny-cpu.toml through the test driver (its varied reward gives the loss something to do); 4 rollouts a step
+LAUNCH_EXTRA=() DEV=cuda
+[ "$KIND" = cpu ] && LAUNCH_EXTRA=(--mixed_precision no) DEV=cpu
+REF=${MG_REF_CONFIG:-}
+[ "$KIND" = cpu ] || REF=${REF:-$D/grpo/config.toml}
+if [ -n "$REF" ]; then
+  if [ ! -f "$REF" ]; then
+    echo "no reference config $REF: run scripts/gpu/proof.sh grpo first (or set MG_REF_CONFIG)" >&2
+    exit 2
+  fi
+  REF_RUN=$(dirname "$REF")
+  # the reference's geometry: one process rolls out per_device * accumulation rollouts per step
+  read -r PER_DEVICE ACCUM GENERATIONS < <("$PY" -c 'import sys, tomllib; g = tomllib.load(open(sys.argv[1], "rb"))["grpo"]; print(g["per_device_train_batch_size"], g["gradient_accumulation_steps"], g["num_generations"])' "$REF")
+  ENTRY=(-m fathom grpo --config "$REF")
+  FSDP_ENTRY=("${ENTRY[@]}")
+  [ "$KIND" = cpu ] && FSDP_ENTRY=(tests/train/cpu_fsdp.py "${ENTRY[@]}")
+  SINGLE=("$PY" "${ENTRY[@]}")
+  GEN_ARGS=()
+  [ -n "${GEN_MODE:-}" ] && GEN_ARGS=(--rollout.generation_mode="$GEN_MODE")  # else the reference's mode
+  BASE=(--run.device="$DEV" --logging.progress=false)
+  echo "reference $REF: per_device_train_batch_size $PER_DEVICE x gradient_accumulation_steps $ACCUM, num_generations $GENERATIONS"
+else  # CPU without a reference: tiny-cpu.toml through the test driver (its varied reward gives the loss
+  # something to do); 4 rollouts a step
   ENTRY=(tests/train/grpo_driver.py)
   FSDP_ENTRY=(tests/train/cpu_fsdp.py tests/train/grpo_driver.py)
   SINGLE=("$PY" tests/train/grpo_driver.py)
   PER_DEVICE=2 ACCUM=2 GEN_ARGS=()
   BASE=(--run.device=cpu --grpo.max_steps="${MG_STEPS:-6}" --grpo.num_generations=2 --rollout.max_new_tokens=24
     --rollout.max_total_tokens=160 --eval.every=0 --logging.progress=false --checkpoint.save_every=2)
-  LAUNCH_EXTRA=(--mixed_precision no)
-  MINUTES=${MG_MINUTES:-1}
-else
-  REF=${MG_REF_CONFIG:-$D/grpo/config.toml}
-  if [ ! -f "$REF" ]; then
-    echo "no reference config $REF: run scripts/gpu/proof.sh grpo first (or set MG_REF_CONFIG)" >&2
-    exit 2
-  fi
-  # the reference's geometry: one process rolls out per_device * accumulation rollouts per step
-  read -r PER_DEVICE ACCUM GENERATIONS < <("$PY" -c 'import sys, tomllib; g = tomllib.load(open(sys.argv[1], "rb"))["grpo"]; print(g["per_device_train_batch_size"], g["gradient_accumulation_steps"], g["num_generations"])' "$REF")
-  ENTRY=(-m fathom grpo --config "$REF")
-  FSDP_ENTRY=("${ENTRY[@]}")
-  SINGLE=("$PY" -m fathom grpo --config "$REF")
-  GEN_ARGS=()
-  [ -n "${GEN_MODE:-}" ] && GEN_ARGS=(--rollout.generation_mode="$GEN_MODE")  # else the reference's mode
-  BASE=(--run.device=cuda --logging.progress=false)
-  LAUNCH_EXTRA=()
-  echo "reference $REF: per_device_train_batch_size $PER_DEVICE x gradient_accumulation_steps $ACCUM, num_generations $GENERATIONS"
+fi
+if [ "$KIND" = cpu ]; then
+  MINUTES=${MG_MINUTES:-1} FSDP_MINUTES=${MG_FSDP_MINUTES:-1}
 fi
 if [ $((ACCUM % NPROC)) -ne 0 ]; then
   echo "gradient_accumulation_steps $ACCUM of the reference does not divide over $NPROC processes" >&2
   exit 2
 fi
 MULTI_ACCUM=$((ACCUM / NPROC))
+if [ -n "$REF" ] && [ "$NPROC" -gt 1 ] && [ $((PER_DEVICE % GENERATIONS)) -ne 0 ]; then
+  echo "per_device_train_batch_size $PER_DEVICE is not whole groups of $GENERATIONS: a group would span ranks" >&2
+  exit 2
+fi
 
 port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 launch() { # CONFIG: the accelerate launch prefix, with a fresh port (a killed run's port may linger)
@@ -84,8 +95,8 @@ keep() { # collect small results in $M/keep (flat names); they go back to $OUT a
   return 0
 }
 run() { echo "+ $*"; "$@"; }
-train_args() { # RUN_DIR ACCUM
-  echo "${BASE[@]}" --run.run_dir="$1" --run.max_minutes="$MINUTES" \
+train_args() { # RUN_DIR ACCUM [MINUTES]
+  echo "${BASE[@]}" --run.run_dir="$1" --run.max_minutes="${3:-$MINUTES}" \
     --grpo.per_device_train_batch_size="$PER_DEVICE" --grpo.gradient_accumulation_steps="$2"
 }
 keep_run() { # RUN_DIR
@@ -118,7 +129,8 @@ stage_ddp() {
 }
 stage_fsdp() { # every forward is a collective: lockstep generation with HF generate (synced_gpus)
   # shellcheck disable=SC2046
-  run $(launch fsdp) "${FSDP_ENTRY[@]}" $(train_args "$M/fsdp" "$MULTI_ACCUM") --rollout.generation_mode=plain
+  run $(launch fsdp) "${FSDP_ENTRY[@]}" $(train_args "$M/fsdp" "$MULTI_ACCUM" "$FSDP_MINUTES") \
+    --rollout.generation_mode=plain
   keep_run "$M/fsdp"
   stage_compare
 }
@@ -137,7 +149,7 @@ stage_kill() { # rank 1 killed mid-rollout; then the launcher itself
 }
 stage_compare() {
   local runs=()
-  [ "$KIND" != cpu ] && [ -f "$D/grpo/metrics.jsonl" ] && runs+=("proof=$D/grpo")
+  [ -n "$REF_RUN" ] && [ -f "$REF_RUN/metrics.jsonl" ] && runs+=("proof=$REF_RUN")
   for name in single ddp fsdp; do [ -f "$M/$name/metrics.jsonl" ] && runs+=("$name=$M/$name"); done
   [ ${#runs[@]} -gt 0 ] || { echo "nothing to compare yet"; return 0; }
   "$PY" bench/multigpu.py "${runs[@]}" --ref single --traces --json "$M/compare.json" | tee "$M/compare.txt"
