@@ -142,6 +142,10 @@ stage_kill() { # rank 1 killed mid-rollout; then the launcher itself
     "$PY" bench/rank_death.py --target "$target" --ranks "$NPROC" --log "$M/kill-$target.log" -- \
       $(launch ddp) "${ENTRY[@]}" $(train_args "$M/kill-$target" "$MULTI_ACCUM") "${GEN_ARGS[@]}" \
       | tee "$M/kill-$target.txt" || status=1
+    if command -v nvidia-smi > /dev/null; then  # and no process left holding a GPU
+      echo "GPU compute processes after the kill:" | tee -a "$M/kill-$target.txt"
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv | tee -a "$M/kill-$target.txt" || true
+    fi
     tail -n 40 "$M/kill-$target.log" > "$M/kill-$target.log.tail"
     keep "$M/kill-$target.txt" "$M/kill-$target.log.tail"
   done
