@@ -146,13 +146,16 @@ class FathomRollout:
     ) -> tuple[list[Rollout], TimedBackend]:
         """Every task's episode with the trainer's current weights; returns the rollouts and generation timing."""
         r = self.config.rollout
+        in_lockstep = needs_lockstep(trainer, r.lockstep)
+        # Lockstep needs HF generate's synced forwards: "auto" means plain there, whatever it means elsewhere
+        mode = "plain" if in_lockstep and r.generation_mode == "auto" else r.generation_mode
         with policy_model(trainer) as model:
             # Kept across steps: the weights are updated in place, so a graph decoder's captures stay valid.
             if self._backend is None or self._backend.model is not model:
                 self._backend = HFBackend(
                     model,
                     self.tokenizer,
-                    mode=r.generation_mode,
+                    mode=mode,
                     max_cache_len=r.max_cache_len,
                     graph_max_new=max(r.max_new_tokens, r.sub_max_new_tokens),  # turns and llm() replies
                     fuse=r.graph_fuse,
@@ -161,7 +164,7 @@ class FathomRollout:
             lockstep = None
             synced: Any = contextlib.nullcontext()
             device = trainer.accelerator.device
-            if needs_lockstep(trainer, r.lockstep):
+            if in_lockstep:
                 lockstep = inner = LockstepBackend(inner, self.chat.prompt_ids("", "ok"), device=device)
                 synced = synced_generation(model)
             timed = TimedBackend(inner, trainer.accelerator.autocast, device=device)
