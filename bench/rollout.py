@@ -17,7 +17,10 @@ with bf16 mixed precision (its autocast-wrapped forward) and called under the tr
 plain / lean (our decode loop, uncaptured) / graph. Each path's greedy log-probs are also checked against
 one eager forward of the same model over prompt + output (max |difference| over 4 prompts x 32 tokens):
 
-    python bench/rollout.py --gpu --grpo --batches 32 64 --new-tokens 384 --paths plain lean graph
+    python bench/rollout.py --gpu --grpo --model "$M" --batches 32 --new-tokens 256 --paths plain lean graph
+
+(graph now refuses a PEFT model: its captured log-probs were wrong on the H200, RESULTS.md; the refusal is
+printed as that path's row.)
 
 Each static shape is compiled once (warm-up, not timed) and then timed twice; a recompile inside the timed
 calls would show as a slow repeat.
@@ -183,11 +186,16 @@ def gpu_bench(
         kv_bytes = batch * (prompt_len + new_tokens / 2) * kv_per_token
         floor_ms = (params * 2 + kv_bytes) / (bandwidth / 2) * 1000  # copy bw counts read+write
         results = {}
-        for name in paths:
+        for name in list(paths):
             backend = backends[name]
             with autocast():
                 warm = time.perf_counter()
-                backend.generate(prompts[:batch], sampling)  # warm-up (compiles the static shape)
+                try:
+                    backend.generate(prompts[:batch], sampling)  # warm-up (compiles the static shape)
+                except ValueError as exc:  # a path that refuses this model (graph + PEFT): say so, drop it
+                    print(f"{batch:5d} {name:>7} refused: {exc}")
+                    paths.remove(name)
+                    continue
                 torch.cuda.synchronize()
                 warm_s = time.perf_counter() - warm
                 runs = []

@@ -116,8 +116,12 @@ PY
 }
 
 stage_single() {
+  # one process sees one GPU: with several visible, transformers' Trainer would wrap the model in
+  # nn.DataParallel, which the GRPO trainer refuses (seen on the 2-GPU host)
+  local one=()
+  [ "$KIND" = cpu ] || one=(env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}")
   # shellcheck disable=SC2046
-  run "${SINGLE[@]}" $(train_args "$M/single" "$ACCUM") "${GEN_ARGS[@]}"
+  run "${one[@]}" "${SINGLE[@]}" $(train_args "$M/single" "$ACCUM") "${GEN_ARGS[@]}"
   keep_run "$M/single"
   stage_compare
 }

@@ -33,10 +33,11 @@ case ${PROOF_SCALE:-full} in
     EVAL_BATCH=84 DIRECT_BATCH=84 NGROUPS=1 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-# Generation path for rollouts and evaluations: `lean` (our decode loop over a static cache, uncaptured: the
-# eager model's numbers, without `generate`'s per-step overhead) by default; `plain` is HF generate, `graph`
-# also captures the step as a CUDA graph (bench/RESULTS.md has all three on the H200).
-GEN_MODE=${GEN_MODE:-lean}
+# Generation path for rollouts and evaluations: on a GPU `lean` (our decode loop over a static cache,
+# uncaptured: the eager model's numbers; what the second H200 lease ran, at the speed of `generate` there),
+# on a CPU `plain` HF generate (the static cache's full-length attention makes `lean` slower there); `graph`
+# captures the step and refuses LoRA models (bench/RESULTS.md has all three on the H200).
+GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo lean)}
 GRPO_LR=${GRPO_LR:-1e-4}  # LoRA; a short run (tens of steps) with no warm-up
 G=${GRPO_DIR:-grpo} GRPO_SEED=${GRPO_SEED:-0}  # a second GRPO run (the seed's replicate) goes to another dir
 HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)

@@ -66,10 +66,9 @@ class HFBackend:
         fuse: bool = False,
     ) -> None:
         if mode == "auto":
-            # `generate` everywhere for now. The graph decoder is 5-10x faster on the H200 (bench/RESULTS.md)
-            # but is opt-in until it is fixed: inside accelerate's autocast-wrapped forward (GRPO) its static
-            # cache got bf16 values into a float cache, and its captured step drifted ~2e-3 in log-prob from
-            # the eager model, with one capture failing in cuBLAS (tests/test_graph_decoder_cuda.py).
+            # `generate` everywhere. On the H200, as GRPO generates (bf16, LoRA, accelerate's wrapper), "lean"
+            # runs at the same speed (58 vs 54 ms a step at batch 32: both are kernel-launch bound) and "graph"
+            # 6.4x faster but with wrong log-probs under LoRA, so it refuses PEFT models (bench/RESULTS.md).
             mode = "plain"
         if mode not in MODES:
             raise ValueError(f"mode must be 'auto' or one of {MODES}, got {mode!r}")
