@@ -26,7 +26,7 @@ RECIPE=configs/smollm2-135m-gpu.toml
 case ${PROOF_SCALE:-full} in
   full)  # 3 held-out tasks per family x length (one per difficulty: 7 x 4 x 3 = 84), the same for every row;
     # sized for one 30-minute GPU lease with HF `generate` (see GEN_MODE)
-    HELDOUT=84 TRAIN=840 EVAL=42 SFT_TASKS=384 SFT_EPOCHS=3 GRPO_MINUTES=${GRPO_MINUTES:-4.5} GRPO_STEPS=1000
+    HELDOUT=84 TRAIN=840 EVAL=42 SFT_TASKS=384 SFT_EPOCHS=${SFT_EPOCHS:-3} GRPO_MINUTES=${GRPO_MINUTES:-4.5} GRPO_STEPS=1000
     EVAL_BATCH=84 DIRECT_BATCH=28 NGROUPS=${NGROUPS:-8} ;;
   tiny)
     HELDOUT=84 TRAIN=84 EVAL=14 SFT_TASKS=8 SFT_EPOCHS=1 GRPO_MINUTES=${GRPO_MINUTES:-0.5} GRPO_STEPS=3
@@ -40,6 +40,7 @@ esac
 GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo lean)}
 GRPO_LR=${GRPO_LR:-1e-4}  # LoRA; a short run (tens of steps) with no warm-up
 G=${GRPO_DIR:-grpo} GRPO_SEED=${GRPO_SEED:-0}  # a second GRPO run (the seed's replicate) goes to another dir
+# GRPO_ARGS: more `fathom grpo` flags, word-split (e.g. "--rollout.temperature=1.3 --grpo.loss_type=grpo")
 HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
@@ -86,7 +87,7 @@ stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers;
     --eval.every=0 --checkpoint.save_every=5 --logging.progress=false \
     --curriculum.min_dwell_steps=4 --rollout.generation_mode="$GEN_MODE" --model.dtype=bfloat16 \
     --grpo.learning_rate="$GRPO_LR" --grpo.warmup_steps=0 \
-    --rollout.max_turns=4 --rollout.max_new_tokens=384 --rollout.max_total_tokens=2560
+    --rollout.max_turns=4 --rollout.max_new_tokens=384 --rollout.max_total_tokens=2560 ${GRPO_ARGS:-}
   keep "$D/$G/summary.json" "$D/$G/metrics.jsonl" "$D/$G/config.toml"
   { head -n 64 "$D/$G/traces.jsonl"; tail -n 128 "$D/$G/traces.jsonl"; } > "$D/$G/traces_sample.jsonl"
   keep "$D/$G/traces_sample.jsonl"  # whole conversations, first and last rollouts of the run
