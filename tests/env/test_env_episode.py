@@ -149,26 +149,6 @@ def test_actions_and_observations_reject_unknown_fields():
         RLMAction(text="x", num_tokens=-1)
 
 
-def test_depth_two_runs_a_child_episode_over_the_chunk(task):
-    seen = []
-
-    async def child_policy(messages):
-        seen.append(messages[-1]["content"])
-        return "```repl\nFINAL(str(len(ctx)) + ' chars')\n```"
-
-    env = RLMEnvironment(
-        EnvConfig(max_depth=2), sub_lm=ScriptedSubLM(lambda p, c: "leaf"), child_policy=child_policy
-    )
-    try:
-        env.reset(task=task)
-        obs = env.step(repl("print(llm('how long?', ctx[:1234]))"))
-        assert "1234 chars" in obs.text
-        assert "how long?" in seen[0] and "1,234 characters" in seen[0]
-        assert obs.subcalls[0].depth == 1
-    finally:
-        env.close()
-
-
 def test_many_episodes_share_one_loop():
     async def run():
         tasks = [generate_task("keychain", s, 8192) for s in range(12)]

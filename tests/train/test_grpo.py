@@ -124,7 +124,9 @@ def test_traces_are_whole_conversations(grpo_run):
     for t in train:
         assert t["conversation"].startswith("<|im_start|>system\nYou answer questions about a document")
         assert t["question"] in t["conversation"]
-        assert len(t["trace"]["turns"]) == 2 and t["trace"]["turns"][0]["observation"] in t["conversation"]
+        assert (
+            len(t["episode"]["turns"]) == 2 and t["episode"]["turns"][0]["observation"] in t["conversation"]
+        )
     assert sum(t["kind"] == "eval" for t in traces) == 4
 
 

@@ -160,10 +160,10 @@ def test_grpo_continues_the_sft_adapter(tmp_path):
 
 @pytest.mark.slow
 def test_longer_sft_makes_the_tiny_model_write_repl_code(tmp_path):
-    from fathom.env import EnvConfig, RLMEnvironment
     from fathom.env.expert import expert_reader
     from fathom.models import load_model
-    from fathom.rollout import ChatFormat, HFBackend, RolloutConfig, RolloutEngine, Sampling
+    from fathom.rollout import ChatFormat, RolloutConfig, Sampling
+    from fathom.rollout.wiring import build_engine, hf_policy_service
 
     cfg = config(
         tmp_path,
@@ -176,16 +176,14 @@ def test_longer_sft_makes_the_tiny_model_write_repl_code(tmp_path):
     summary = run_sft(cfg)
     model, tok = load_model(ModelSpec(summary["exported"]["model"]))
     chat = ChatFormat(tok)
-    engine = RolloutEngine(
-        HFBackend(model, tok),
-        chat,
-        # the environment the transcripts came from: the tiny model memorised its exact prompts
-        lambda: RLMEnvironment(EnvConfig(max_iterations=cfg.sft.max_turns), sub_lm=expert_reader()),
-        RolloutConfig(
-            max_turns=2, max_total_tokens=1024, sampling=Sampling(max_new_tokens=160, temperature=0.0)
-        ),
+    # the budgets the transcripts came from: the tiny model memorised its exact prompts
+    budgets = RolloutConfig(
+        max_turns=cfg.sft.max_turns,
+        max_total_tokens=1024,
+        sampling=Sampling(max_new_tokens=160, temperature=0.0),
     )
-    rollouts = engine.run_sync(sft_tasks(cfg))
-    first_turns = [r.trace["turns"][0] for r in rollouts]
-    assert all(code_blocks(t["text"]) for t in first_turns)  # the environment parsed code out of each turn
-    assert all(t["cells"] and t["cells"][0]["error"] is None for t in first_turns)  # and it ran
+    engine = build_engine(hf_policy_service(model, tok), chat, budgets, expert_reader())
+    episodes = engine.run_sync(sft_tasks(cfg))
+    first_turns = [e.turns[0] for e in episodes]
+    assert all(code_blocks(t.text) for t in first_turns)  # the environment parsed code out of each turn
+    assert all(t.cells and t.cells[0].error is None for t in first_turns)  # and it ran

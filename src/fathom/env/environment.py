@@ -7,8 +7,9 @@ answer is submitted through the REPL protocol, at the iteration cap, or when the
 spent; the final observation carries the reward and its breakdown (`fathom.reward.compose`).
 
 Sub-calls: `llm()` inside the REPL reaches the sub-LM service given at construction, through a per-episode
-handler that counts calls, characters and time. With ``max_depth >= 2`` a sub-call is itself an RLM episode
-over the chunk, driven by `child_policy`, one level shallower.
+handler that counts calls, characters and time. What answers it is the service's business: the rollout
+engine's own sub-LM runs a child RLM episode over the chunk (a `ChildTask`, never graded) below its
+``max_depth``. ``EnvConfig.max_depth = 0`` turns `llm()` off.
 
 The async methods are the real ones (many episodes share one event loop); the sync `reset`/`step` run them
 on the environment's own loop thread, for scripts and notebooks. This module never sees a model.
@@ -20,8 +21,8 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,6 @@ from fathom.tasks import Task, estimate_tokens, generate_task, load_tasks
 from fathom.tasks.schema import task_from_dict
 
 MAX_DEPTH = 4
-# A child policy writes one turn from the chat so far ([{"role": ..., "content": ...}, ...]).
-ChildPolicy = Callable[[list[dict[str, str]]], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class TaskNotFound(KeyError):
 
 
 @dataclass(frozen=True)
-class _ChildTask:
+class ChildTask:
     """The task of a recursive sub-call: the parent's prompt over the parent's chunk; never graded."""
 
     question: str
@@ -97,14 +96,12 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         sub_lm: SubLM | None = None,
         tasks: Sequence[Task] | str | Path | None = None,
         pool: SandboxPool | None = None,
-        child_policy: ChildPolicy | None = None,
         depth: int = 0,
     ) -> None:
+        """`depth`: 0 for a graded episode, d for the child episode of a depth-d `llm()` call."""
         super().__init__()
         self.config = config or EnvConfig()
-        if self.config.max_depth >= 2 and child_policy is None and depth == 0:
-            raise ValueError("max_depth >= 2 makes sub-calls RLM episodes: pass child_policy")
-        self.sub_lm, self.pool, self.child_policy, self.depth = sub_lm, pool, child_policy, depth
+        self.sub_lm, self.pool, self.depth = sub_lm, pool, depth
         if isinstance(tasks, str | Path):
             tasks = load_tasks(tasks)
         self._tasks = {t.id: t for t in tasks or ()}
@@ -284,7 +281,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
     async def _end(self, observation: RLMObservation) -> None:
         self._state.done = True
         observation.done = True
-        if not isinstance(self._task, _ChildTask):
+        if not isinstance(self._task, ChildTask):
             breakdown = compose(self._task, self.outcome(), self.config.reward)
             self._reward = breakdown.to_dict()
             observation.reward = breakdown.total
@@ -345,11 +342,8 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
     async def _llm_handler(self, requests: Sequence[Any]) -> list[str]:
         started = time.perf_counter()
         reqs = [SubLMRequest(r.prompt, r.chunk) for r in requests]
-        if self.config.max_depth >= 2:
-            replies = list(await asyncio.gather(*(self._child_episode(r) for r in reqs)))
-        else:
-            assert self.sub_lm is not None
-            replies = [reply.text for reply in await self.sub_lm.complete(reqs)]
+        assert self.sub_lm is not None
+        replies = [reply.text for reply in await self.sub_lm.complete(reqs)]
         elapsed = time.perf_counter() - started
         for r, text in zip(reqs, replies, strict=True):
             self._turn_subcalls.append(
@@ -362,27 +356,6 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
                 )
             )
         return replies
-
-    async def _child_episode(self, request: SubLMRequest) -> str:
-        """A sub-call at depth >= 2: an RLM episode over the chunk, one level shallower."""
-        assert self.child_policy is not None
-        child_config = replace(self.config, max_depth=self.config.max_depth - 1)
-        child = RLMEnvironment(
-            child_config, self.sub_lm, child_policy=self.child_policy, depth=self.depth + 1
-        )
-        try:
-            obs = await child.reset_async(task=_ChildTask(request.prompt, request.chunk))
-            messages = [
-                {"role": "system", "content": obs.system_prompt or ""},
-                {"role": "user", "content": obs.text},
-            ]
-            while not obs.done:
-                turn = await self.child_policy(messages)
-                obs = await child.step_async(RLMAction(text=turn))
-                messages += [{"role": "assistant", "content": turn}, {"role": "user", "content": obs.text}]
-            return "" if obs.answer is None else str(obs.answer)
-        finally:
-            await child.aclose()
 
     # ---- teardown --------------------------------------------------------------------------------
     async def _close_sandbox(self) -> None:

@@ -128,9 +128,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--generation-mode",
         default="auto",
-        choices=("auto", *MODES),
-        help="generation path (fathom.rollout.HFBackend): auto = plain generate; lean = our decode loop; "
-        "graph = lean with each step a captured CUDA graph",
+        choices=("auto", "vllm", *MODES),
+        help="generation path: auto = vLLM on a GPU where it is installed, else HF generate (plain); "
+        "vllm; plain; static (transformers' static KV cache)",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")

@@ -3,9 +3,12 @@
 - `ExpertPolicy`: the scripted expert through the rollout engine (`expert_backend`), its `llm()` calls read
   by `expert_reader`; the upper bound, and a check of the scaffold itself.
 - `DirectPolicy`: a model answering from its context window alone (`fathom.rollout.direct`).
-- `RLMPolicy`: a model in the REPL scaffold (`RolloutEngine`), answering its own `llm()` calls through
-  `EngineSubLM`. Its whole conversation — first prompt, turns and REPL replies — must fit the same context
-  window, and so must each sub-call, so it never reads more at once than the direct baseline does.
+- `RLMPolicy`: a model in the REPL scaffold (the rollout engine), answering its own `llm()` calls. Its whole
+  conversation — first prompt, turns and REPL replies — must fit the same context window, and so must each
+  sub-call, so it never reads more at once than the direct baseline does.
+
+Models generate through vLLM on a GPU where it is installed (``generation_mode`` "auto" or "vllm"), else
+through HF generate; every engine is built by `fathom.rollout.wiring.build_engine`.
 
 Every row holds: id, family, length_tokens, difficulty, answer, gold, correct, score, reward, breakdown,
 turns, tokens (policy tokens generated), llm_calls, context_used (the longest sequence the policy
@@ -24,23 +27,26 @@ This module neither writes files nor aggregates rows; see `fathom.eval.runner` a
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
 import json
 import math
 import time
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fathom.env import EnvConfig, RLMEnvironment, SubLM, SubLMReply, SubLMRequest
+from fathom.env import EnvConfig, SubLM
 from fathom.env.expert import EXPERTS, expert_reader
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
-from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, Rollout, RolloutConfig, RolloutEngine, Sampling
+from fathom.models.loading import resolve_model_dir
+from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
 from fathom.rollout.policies import expert_backend
+from fathom.rollout.service import GenerationService
+from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.tasks import Task
 
 # The context window each offline model is evaluated with. The tiny random models have 32K positions, but
@@ -108,10 +114,14 @@ def trained_from(name: str) -> str | None:
 
 
 def context_window(name: str, model: Any) -> int:
-    """`CONTEXT_WINDOWS` for offline names and checkpoints trained from them, else the model's positions."""
+    """`CONTEXT_WINDOWS` for offline names and checkpoints trained from them, else the model's positions
+    (read from its config.json when `model` is not loaded yet)."""
     for candidate in (name, trained_from(name)):
         if candidate in CONTEXT_WINDOWS:
             return CONTEXT_WINDOWS[candidate]
+    if model is None:
+        config = Path(resolve_model_dir(name)) / "config.json"
+        return int(json.loads(config.read_text())["max_position_embeddings"]) if config.is_file() else 8192
     return int(model.config.max_position_embeddings)
 
 
@@ -119,78 +129,88 @@ def short_name(model: str) -> str:
     return Path(model).name if ("/" in model and Path(model).expanduser().exists()) else model
 
 
-class _CountingSubLM:
-    """Forwards one episode's `llm()` calls and counts them, with the tokens the sub-LM read and wrote."""
+def wants_vllm(generation_mode: str, device: str | None) -> bool:
+    """vLLM when asked for, or for "auto" on a GPU where it is installed; HF generate otherwise."""
+    import torch
 
-    def __init__(self, inner: SubLM) -> None:
-        self.inner, self.calls, self.tokens = inner, 0, 0
-
-    async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
-        replies = await self.inner.complete(requests)
-        self.calls += len(requests)
-        for req, rep in zip(requests, replies, strict=True):
-            self.tokens += rep.prompt_tokens or math.ceil(req.chars / CHARS_PER_TOKEN)
-            self.tokens += rep.completion_tokens or math.ceil(len(rep.text) / CHARS_PER_TOKEN)
-        return replies
-
-
-def _policy_read_tokens(rollout: Rollout) -> int:
-    """Tokens the policy conditioned on over all its turns: the prompt plus everything before each turn."""
-    total, mask = 0, rollout.env_mask
-    for i, m in enumerate(mask):
-        if m == 1 and (i == 0 or mask[i - 1] == 0):  # a model turn starts here
-            total += len(rollout.prompt_ids) + i
-    return total
-
-
-def _final_answer(rollout: Rollout) -> Any:
-    return next(
-        (t["answer"] for t in reversed(rollout.trace.get("turns", [])) if t.get("answer") is not None), None
-    )
+    on_gpu = device != "cpu" and (device is not None or torch.cuda.is_available())
+    installed = importlib.util.find_spec("vllm") is not None
+    if generation_mode == "vllm":
+        if not (installed and on_gpu):
+            raise ValueError("generation_mode 'vllm' needs vLLM installed and a GPU")
+        return True
+    return generation_mode == "auto" and installed and on_gpu
 
 
 @dataclass
-class _EngineRunner:
-    """Runs tasks through a `RolloutEngine` and turns each rollout into a row."""
+class ModelEngine:
+    """A loaded policy model and how it generates: `backend` for whole batches, `service` for the engine."""
 
+    model: Any
+    tokenizer: Any
     backend: Any
-    chat: ChatFormat
-    config: RolloutConfig
-    env_config: EnvConfig
-    sub_lm: SubLM
-    engine_sub_lm: EngineSubLM | None = None
-    counters: list[_CountingSubLM] = field(default_factory=list)
+    service: GenerationService
 
-    def _env(self) -> RLMEnvironment:
-        counter = _CountingSubLM(self.sub_lm)
-        self.counters.append(counter)
-        return RLMEnvironment(self.env_config, sub_lm=counter)
 
-    def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
-        self.counters = []
-        engine = RolloutEngine(self.backend, self.chat, self._env, self.config, sub_lm=self.engine_sub_lm)
-        started = time.perf_counter()
-        rollouts = asyncio.run(engine.run(list(tasks)))
-        wall = (time.perf_counter() - started) / max(1, len(tasks))
-        # The engine makes one environment per task, in task order.
-        if len(self.counters) != len(tasks):
-            raise RuntimeError(f"expected {len(tasks)} environments, the engine made {len(self.counters)}")
-        rows = []
-        for task, rollout, counter in zip(tasks, rollouts, self.counters, strict=True):
-            row = base_row(task, rollout.breakdown, _final_answer(rollout))
-            tokens = sum(rollout.env_mask)
-            row.update(
-                turns=rollout.turns,
-                tokens=tokens,
-                llm_calls=counter.calls,
-                cost_tokens=_policy_read_tokens(rollout) + tokens + counter.tokens,
-                context_used=len(rollout.prompt_ids) + len(rollout.completion_ids),
-                end_reason=rollout.end_reason,
-                wall_s=round(wall, 4),
-                trace=rollout.trace,  # the runner moves it to traces.jsonl
+def load_model_engine(
+    name: str, dtype: str, device: str | None, generation_mode: str, context_tokens: int
+) -> ModelEngine:
+    model, tokenizer = load_policy_model(name, dtype, device)
+    if wants_vllm(generation_mode, device):
+        path = Path(name).expanduser()
+        if (path / "adapter_config.json").exists() and not (path / "config.json").exists():
+            raise ValueError(
+                f"{name} is a LoRA adapter: evaluate its merged model (RUN/final/merged) with vLLM"
             )
-            rows.append(row)
-        return rows
+        backend: Any = VLLMBackend(
+            str(resolve_model_dir(name)), max_model_len=context_tokens, dtype="bfloat16"
+        )
+        return ModelEngine(model, tokenizer, backend, vllm_service(backend.llm))
+    mode = "plain" if generation_mode in ("auto", "vllm") else generation_mode
+    backend = HFBackend(model, tokenizer, mode=mode)
+    return ModelEngine(model, tokenizer, backend, hf_service(backend, model))
+
+
+def episode_row(task: Task, episode: Episode, wall_s: float) -> dict[str, Any]:
+    """An eval row for one episode in the scaffold (see the module docstring for the fields)."""
+    row = base_row(task, None if episode.reward is None else episode.reward.to_dict(), episode.answer)
+    logged = [s for t in episode.turns for s in t.subcalls]
+    if episode.subcalls:  # the engine's own model read: exact token counts
+        sub_tokens = sum(len(s.prompt_ids) + len(s.ids) for s in episode.subcalls)
+    else:  # an outside reader: estimated from the characters it read and wrote
+        sub_tokens = sum(
+            math.ceil((len(s.prompt) + s.chunk_chars) / CHARS_PER_TOKEN)
+            + math.ceil(len(s.reply) / CHARS_PER_TOKEN)
+            for s in logged
+        )
+    tokens = episode.model_tokens
+    row.update(
+        turns=len(episode.turns),
+        tokens=tokens,
+        llm_calls=len(logged),
+        cost_tokens=episode.read_tokens() + tokens + sub_tokens,
+        context_used=len(episode.prompt_ids) + episode.length,
+        end_reason=episode.end_reason,
+        wall_s=round(wall_s, 4),
+        trace=episode.to_json(),  # the runner moves it to traces.jsonl
+    )
+    return row
+
+
+def run_in_scaffold(
+    service: GenerationService,
+    chat: ChatFormat,
+    config: RolloutConfig,
+    reader: SubLM | str | None,
+    tasks: Sequence[Task],
+) -> list[dict[str, Any]]:
+    """Every task's episode through one engine; one row each (wall time shared: episodes run together)."""
+    engine = build_engine(service, chat, config, reader)
+    started = time.perf_counter()
+    with running(service):
+        episodes = engine.run_sync(list(tasks))
+    wall = (time.perf_counter() - started) / max(1, len(tasks))
+    return [episode_row(t, e, wall) for t, e in zip(tasks, episodes, strict=True)]
 
 
 class ExpertPolicy:
@@ -209,14 +229,8 @@ class ExpertPolicy:
             raise ValueError(f"the expert has no script for famil(ies) {', '.join(unknown)}")
         # The expert is not context-limited; budgets are only there to end a broken episode.
         config = RolloutConfig(max_turns=self.max_turns, max_total_tokens=1 << 20)
-        runner = _EngineRunner(
-            expert_backend(self.chat, tasks),
-            self.chat,
-            config,
-            EnvConfig(max_iterations=self.max_turns),
-            expert_reader(),
-        )
-        return runner.run(tasks)
+        service = hf_service(expert_backend(self.chat, tasks))
+        return run_in_scaffold(service, self.chat, config, expert_reader(), tasks)
 
 
 class DirectPolicy:
@@ -233,9 +247,14 @@ class DirectPolicy:
         generation_mode: str = "auto",
     ) -> None:
         self.model_name = model
-        self.model, self.tokenizer = load_policy_model(model, dtype, device)
+        window = context_tokens or context_window(model, None)
+        self.engine = load_model_engine(model, dtype, device, generation_mode, window)
+        self.model, self.tokenizer, self.backend = (
+            self.engine.model,
+            self.engine.tokenizer,
+            self.engine.backend,
+        )
         self.chat = ChatFormat(self.tokenizer)
-        self.backend = HFBackend(self.model, self.tokenizer, mode=generation_mode)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=128, temperature=0.0)
         self.label = label or f"direct:{short_name(model)}"
@@ -292,13 +311,13 @@ class RLMPolicy:
         generation_mode: str = "auto",
     ) -> None:
         self.model_name, self.max_turns = model, max_turns
-        self.model, self.tokenizer = load_policy_model(model, dtype, device)
+        window = context_tokens or context_window(model, None)
+        self.engine = load_model_engine(model, dtype, device, generation_mode, window)
+        self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
         self.chat = ChatFormat(self.tokenizer)
-        self.backend = HFBackend(self.model, self.tokenizer, mode=generation_mode)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=256, temperature=0.0)
         self.sub_sampling = Sampling(max_new_tokens=sub_max_new_tokens, temperature=0.0)
-        self.env_config = EnvConfig(max_iterations=max_turns)
         self.label = label or f"rlm:{short_name(model)}"
 
     def describe(self) -> dict[str, Any]:
@@ -313,7 +332,7 @@ class RLMPolicy:
         }
 
     def _prompt_tokens(self, tasks: Sequence[Task]) -> int:
-        system = system_prompt(self.env_config.chunk_chars)
+        system = system_prompt(EnvConfig().chunk_chars)
         return max(
             len(
                 self.chat.prompt_ids(
@@ -336,8 +355,6 @@ class RLMPolicy:
             sampling=self.sampling,
             sub_sampling=self.sub_sampling,
             sub_max_input_tokens=sub_input,
+            context_tokens=self.context_tokens,
         )
-        sub = EngineSubLM(self.backend, self.chat, self.sub_sampling, sub_input)
-        return _EngineRunner(self.backend, self.chat, config, self.env_config, sub, engine_sub_lm=sub).run(
-            tasks
-        )
+        return run_in_scaffold(self.engine.service, self.chat, config, "policy", tasks)

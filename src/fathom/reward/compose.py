@@ -76,6 +76,17 @@ class RewardBreakdown:
             "components": dict(self.components),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RewardBreakdown:
+        """The inverse of `to_dict` (trace files, observations that carry the breakdown as JSON)."""
+        return cls(
+            total=float(data["total"]),
+            components={name: float(data["components"][name]) for name in COMPONENTS},
+            score=float(data["score"]),
+            correct=bool(data["correct"]),
+            capped=bool(data["capped"]),
+        )
+
 
 def is_correct(score: float, config: RewardConfig) -> bool:
     """Whether a metric score counts as a correct answer under `config`."""

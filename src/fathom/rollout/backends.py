@@ -1,12 +1,11 @@
 """Generation backends behind one small interface: ``generate(prompts_ids, sampling) -> generations``.
 
-- `HFBackend`: transformers `generate` on left-padded batches. ``mode="plain"`` is the reference path;
-  ``mode="static"`` uses transformers' static KV cache (the decode step is compiled with CUDA graphs on a
-  GPU) with the batch padded to a few fixed sizes and the cache to a fixed length, so shapes repeat and
-  nothing recompiles inside a training or eval loop after warm-up. ``mode="lean"`` and ``mode="graph"``
-  use our own decode loop (`fathom.rollout.graph_decode`): a static cache, sampling on the device, no host
-  sync per step; "graph" also replays each step as a captured CUDA graph.
-- `VLLMBackend`: vLLM's offline engine when the optional extra is installed.
+- `HFBackend`: transformers `generate` on left-padded batches. ``mode="plain"`` is the reference path (and
+  the CPU path); ``mode="static"`` uses transformers' static KV cache (the decode step is compiled with CUDA
+  graphs on a GPU) with the batch padded to a few fixed sizes and the cache to a fixed length, so shapes
+  repeat and nothing recompiles inside a training or eval loop after warm-up.
+- `VLLMBackend`: a vLLM engine (``vllm.LLM``) for whole batches (the direct baseline); the rollout engine
+  drives the same engine with continuous batching through `fathom.rollout.service.VLLMService`.
 
 A backend returns the sampled ids verbatim (cut after the first stop token), whether the model finished
 on its own, and per-token log-probs when asked. It holds no conversation state; `fathom.rollout.engine`
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-MODES = ("plain", "static", "lean", "graph")
+MODES = ("plain", "static")
 LENGTH_BUCKET = 256
 
 
@@ -56,28 +55,12 @@ def bucket(n: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
 class HFBackend:
     """transformers generation: plain `generate`, its static-cache path, or our decode loop (lean / graph)."""
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        mode: str = "auto",
-        max_cache_len: int = 8192,
-        graph_max_new: int = 512,
-        fuse: bool = False,
-    ) -> None:
+    def __init__(self, model: Any, tokenizer: Any, mode: str = "auto", max_cache_len: int = 8192) -> None:
         if mode == "auto":
-            # `generate` everywhere. On the H200, as GRPO generates (bf16, LoRA, accelerate's wrapper), "lean"
-            # runs at the same speed (58 vs 54 ms a step at batch 32: both are kernel-launch bound) and "graph"
-            # 6.4x faster but with wrong log-probs under LoRA, so it refuses PEFT models (bench/RESULTS.md).
             mode = "plain"
         if mode not in MODES:
             raise ValueError(f"mode must be 'auto' or one of {MODES}, got {mode!r}")
         self.model, self.tokenizer, self.mode, self.max_cache_len = model, tokenizer, mode, max_cache_len
-        # "graph": one decoder (and one CUDA graph per batch bucket and PEFT adapter state, so sub-calls made
-        # inside `model.disable_adapter()` get their own) for a fixed number of new tokens; shorter requests
-        # are cut afterwards, so a turn's varying budget never triggers a new capture.
-        self.graph_max_new, self.fuse = graph_max_new, fuse
-        self._decoder: Any = None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_id = tokenizer.eos_token_id
         self.calls = 0
@@ -90,59 +73,8 @@ class HFBackend:
             self.calls += 1
             return self._generate(prompts, sampling)
 
-    def _generate_graph(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
-        import torch
-
-        from fathom.rollout.graph_decode import GraphDecoder
-
-        if sampling.top_p < 1.0 or sampling.top_k:
-            raise ValueError(f"mode={self.mode!r} samples from the full distribution: use top_p=1.0, top_k=0")
-        if sampling.max_new_tokens > self.graph_max_new:
-            raise ValueError(f"max_new_tokens {sampling.max_new_tokens} > graph_max_new {self.graph_max_new}")
-        if self._decoder is None:
-            self._decoder = GraphDecoder(
-                self.model,
-                self.max_cache_len,
-                self.graph_max_new,
-                capture=None if self.mode == "graph" else False,  # graph: captured on a GPU
-                fuse=self.fuse,
-            )
-        rows, width = bucket(len(prompts)), max(len(p) for p in prompts)
-        input_ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((rows, width), dtype=torch.long)
-        for r in range(rows):
-            ids = prompts[r] if r < len(prompts) else prompts[0]  # dummy rows repeat a real prompt
-            input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[r, width - len(ids) :] = 1
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            out, logprobs = self._decoder.decode(
-                input_ids,
-                attention,
-                sampling.temperature,
-                max_new=sampling.max_new_tokens,
-                eos_id=None if sampling.ignore_eos else self.eos_id,  # stop once every real row has ended
-                live_rows=len(prompts),
-            )
-        finally:
-            self.model.train(was_training)
-        results = []
-        for r in range(len(prompts)):
-            ids = out[r, : sampling.max_new_tokens].tolist()
-            if sampling.ignore_eos:
-                cut, finished = ids, False
-            else:
-                cut, finished = self._cut(ids, sampling)
-            lps = logprobs[r, : len(cut)].tolist() if sampling.logprobs else None
-            results.append(Generation(cut, finished, lps))
-        return results
-
     def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         import torch
-
-        if self.mode in ("lean", "graph"):
-            return self._generate_graph(prompts, sampling)
 
         rows = len(prompts)
         width = max(len(p) for p in prompts)
@@ -227,37 +159,38 @@ class HFBackend:
 
 
 class VLLMBackend:
-    """vLLM's offline engine (optional extra ``vllm``); returns the sampled token's log-prob."""
+    """A vLLM engine for whole batches; `llm` may be passed in (TRL's colocated engine) or built here."""
 
     def __init__(
-        self, model_path: str, gpu_memory_utilization: float = 0.5, max_model_len: int = 8192
+        self,
+        model_path: str | None = None,
+        gpu_memory_utilization: float = 0.3,
+        max_model_len: int = 8192,
+        llm: Any = None,
+        **engine_kwargs: Any,
     ) -> None:
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise RuntimeError("VLLMBackend needs vLLM: pip install 'fathom-rlm[vllm]'") from exc
-        self.llm = LLM(
-            model=model_path, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len
-        )
+        if llm is None:
+            if model_path is None:
+                raise ValueError("VLLMBackend needs a model_path or an engine (llm=...)")
+            try:
+                from vllm import LLM
+            except ImportError as exc:
+                raise RuntimeError("VLLMBackend needs vLLM: pip install 'fathom-rlm[vllm]'") from exc
+            llm = LLM(
+                model=model_path,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                **engine_kwargs,
+            )
+        self.llm = llm
+        self.calls = 0
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
-        from vllm import SamplingParams
+        from fathom.rollout.service import generation_of, sampling_params, token_prompt
 
-        params = SamplingParams(
-            max_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k or -1,
-            logprobs=0 if sampling.logprobs else None,
-            stop=list(sampling.stop_strings) or None,
-            include_stop_str_in_output=True,
-        )
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        results = []
-        for out in outputs:
-            comp = out.outputs[0]
-            lps = None
-            if sampling.logprobs and comp.logprobs is not None:
-                lps = [step[tok].logprob for step, tok in zip(comp.logprobs, comp.token_ids, strict=True)]
-            results.append(Generation(list(comp.token_ids), comp.finish_reason == "stop", lps))
-        return results
+        if not prompts:
+            return []
+        self.calls += 1
+        params = sampling_params(sampling)
+        outputs = self.llm.generate([token_prompt(p) for p in prompts], params, use_tqdm=False)
+        return [generation_of(out, sampling.logprobs) for out in outputs]

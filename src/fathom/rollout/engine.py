@@ -1,15 +1,21 @@
-"""The rollout engine: many RLM episodes at once, token-in / token-out, exactly what a trainer needs.
+"""The rollout engine: many RLM episodes at once, token-in / token-out, one typed `Episode` each.
 
-Each turn, the next model turn of every active episode is generated as one batch; the code cells of all
-episodes then run concurrently in their own sandboxes, and their `llm()` sub-calls are batched into the
-same backend (`EngineSubLM`). Per episode it returns ``prompt_ids``, ``completion_ids`` (model turns and
-environment replies in the order the model saw them), ``env_mask`` (1 = sampled by the model, 0 = written
-by the environment), ``logprobs`` (when the backend gives them), the reward breakdown and a full trace.
+Every episode runs as its own coroutine: reset its environment, then for each turn ask the generation
+service (`fathom.rollout.service`) for the model's turn, run it in the episode's sandbox, append the
+environment's reply, and go on. Turns and `llm()` sub-calls of all live episodes reach the service as soon
+as each is ready, so a continuous-batching engine (vLLM) keeps its batch full and no episode waits for the
+slowest one; ``RolloutConfig.sync_turns`` restores turn-synchronous batches (every live episode's turn
+generated together), which exists to measure what that costs.
 
-Rules kept here (TRL's multi-turn pitfalls): the prompt is rendered once and never re-rendered; sampled
-ids are appended verbatim; a rollout always ends on a model token (the environment's last reply is not
-appended); budgets (turns, new tokens per turn, total tokens, sub-calls via the sandbox) are enforced here,
-not by the trainer. An episode that fails ends alone, with its trace and an ``error`` end reason.
+`llm()` calls are answered by the reader the run was built with: an outside sub-LM (the scripted expert
+reader, an OpenAI-compatible endpoint) or the engine's own model (`EngineSubLM`: the policy, or its base
+weights with the adapter off). Below ``max_depth`` a sub-call is itself an RLM episode over the chunk, run
+here by the same engine (the environment never runs a second episode loop).
+
+Rules kept here (TRL's multi-turn pitfalls): the prompt is rendered once and never re-rendered; sampled ids
+are appended verbatim; an episode always ends on a model token (the environment's last reply is not
+appended); budgets (turns, new tokens per turn, total tokens) are enforced here. Model mistakes are data in
+the episode; an exception from our own code (environment, reward, service) cancels the run and propagates.
 
 This module does not compute advantages or losses; see `fathom.train`.
 """
@@ -19,14 +25,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fathom.env.environment import RLMEnvironment
+from fathom.env.environment import ChildTask, RLMEnvironment
 from fathom.env.models import RLMAction, RLMObservation
-from fathom.env.sublm import RequestBatcher, SubLMReply, SubLMRequest, render_request
-from fathom.rollout.backends import Backend, Sampling
+from fathom.env.sublm import SubLM, SubLMReply, SubLMRequest, render_request
+from fathom.reward.compose import RewardBreakdown
+from fathom.rollout.backends import Sampling
 from fathom.rollout.chat import ChatFormat
+from fathom.rollout.episode import Episode, SubCall, Turn
+from fathom.rollout.service import GenerationService
+
+SUB_SYSTEM = "Answer briefly and exactly."
+# Who answers llm(): an outside sub-LM, or the engine's own model with the adapter on / off.
+SELF_READERS = ("policy", "base")
 
 
 @dataclass(frozen=True)
@@ -36,222 +49,210 @@ class RolloutConfig:
     sampling: Sampling = field(default_factory=Sampling)
     sub_sampling: Sampling = field(default_factory=lambda: Sampling(max_new_tokens=128, temperature=0.0))
     sub_max_input_tokens: int = 2048
+    max_depth: int = 1  # 0: no llm(); 1: llm() is one generation; >= 2: llm() runs a child RLM episode
+    context_tokens: int | None = None  # the model's window: no request may outgrow it
+    sync_turns: bool = False  # turn-synchronous batches (the old behaviour; for measurement)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.max_total_tokens < 1:
             raise ValueError("max_turns and max_total_tokens must be >= 1")
+        if self.max_depth < 0:
+            raise ValueError("max_depth must be >= 0")
 
 
-@dataclass
-class Rollout:
-    task_id: str
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] | None = field(default_factory=list)
-    reward: float | None = None
-    breakdown: dict[str, Any] | None = None
-    end_reason: str | None = None
-    turns: int = 0
-    trace: dict[str, Any] = field(default_factory=dict)
-
-    def append(self, ids: list[int], model: bool, logprobs: list[float] | None = None) -> None:
-        self.completion_ids += ids
-        self.env_mask += [1 if model else 0] * len(ids)
-        if self.logprobs is not None:
-            if model and logprobs is None:
-                self.logprobs = None  # the backend gives none: the trainer gets None, not fake zeros
-            else:
-                self.logprobs += logprobs if model and logprobs is not None else [0.0] * len(ids)
+EnvFactory = Callable[[SubLM | None, int], RLMEnvironment]  # (the episode's reader, its depth) -> env
 
 
 class EngineSubLM:
-    """Answers `llm()` from every episode with the policy's own backend, batched across episodes."""
+    """One episode's `llm()` calls, answered by the engine's own model (or, below max_depth, by a child
+    RLM episode); each call is recorded on the episode with its token ids."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        chat: ChatFormat,
-        sampling: Sampling,
-        max_input_tokens: int,
-        use_adapters: bool = True,
-    ) -> None:
-        """`use_adapters=False`: a PEFT policy answers sub-calls with its adapters switched off (the base
-        model reads, the trained adapter only orchestrates)."""
-        self.backend, self.chat, self.sampling = backend, chat, sampling
-        self.max_input_tokens, self.use_adapters = max_input_tokens, use_adapters
-        self._batcher: RequestBatcher[SubLMRequest, SubLMReply] = RequestBatcher(self._run)
-
-    @property
-    def batches_run(self) -> int:
-        return self._batcher.batches_run
-
-    def expect(self, callers: int) -> None:
-        self._batcher.expect(callers)
-
-    def done(self) -> None:
-        self._batcher.done()
+    def __init__(self, engine: RolloutEngine, episode: Episode, adapter: bool) -> None:
+        self.engine, self.episode, self.adapter = engine, episode, adapter
 
     async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
-        return await self._batcher.submit(requests)
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
 
-    def _encode(self, request: SubLMRequest) -> list[int]:
-        tok = self.chat.tokenizer
-        chunk = tok.encode(request.chunk, add_special_tokens=False)
-        room = self.max_input_tokens - len(tok.encode(request.prompt, add_special_tokens=False)) - 64
-        cut = SubLMRequest(request.prompt, tok.decode(chunk[: max(0, room)]))
-        return self.chat.prompt_ids("Answer briefly and exactly.", render_request(cut))
+    async def _one(self, request: SubLMRequest) -> SubLMReply:
+        engine, depth = self.engine, self.episode.depth + 1
+        if depth < engine.config.max_depth:
+            child = await engine.run_episode(ChildTask(request.prompt, request.chunk), depth=depth)
+            self.episode.subcalls.extend(child.subcalls)
+            answer = child.answer
+            return SubLMReply("" if answer is None else str(answer), 0, child.model_tokens)
+        prompt_ids = engine.sub_prompt_ids(request)
+        sampling = engine.fit(engine.config.sub_sampling, len(prompt_ids))
+        gen = await engine.service.generate(prompt_ids, sampling, adapter=self.adapter)
+        text = engine.chat.turn_text(gen.ids).strip()
+        self.episode.subcalls.append(
+            SubCall(
+                prompt=request.prompt,
+                chunk_chars=len(request.chunk),
+                reply=text,
+                depth=depth,
+                prompt_ids=prompt_ids,
+                ids=list(gen.ids),
+                logprobs=gen.logprobs,
+                adapter=self.adapter,
+            )
+        )
+        return SubLMReply(text, len(prompt_ids), len(gen.ids))
 
-    def _generate(self, encoded: list[list[int]]) -> list[Any]:
-        model = getattr(self.backend, "model", None)
-        if self.use_adapters or not hasattr(model, "disable_adapter"):
-            return self.backend.generate(encoded, self.sampling)
-        with model.disable_adapter():
-            return self.backend.generate(encoded, self.sampling)
 
-    async def _run(self, requests: list[SubLMRequest]) -> list[SubLMReply]:
-        encoded = [self._encode(r) for r in requests]
-        gens = await asyncio.to_thread(self._generate, encoded)
-        return [
-            SubLMReply(self.chat.turn_text(g.ids).strip(), len(e), len(g.ids))
-            for e, g in zip(encoded, gens, strict=True)
-        ]
+class _TurnBarrier:
+    """Holds each live episode before its next turn until every live episode is there (sync_turns)."""
+
+    def __init__(self, live: int) -> None:
+        self.live, self.arrived = live, 0
+        self._release = asyncio.Event()
+
+    async def wait(self) -> None:
+        self.arrived += 1
+        release = self._release
+        self._check()
+        await release.wait()
+
+    def leave(self) -> None:
+        self.live -= 1
+        self._check()
+
+    def _check(self) -> None:
+        if self.live and self.arrived >= self.live:
+            self._release.set()
+            self._release, self.arrived = asyncio.Event(), 0
 
 
 class RolloutEngine:
     def __init__(
         self,
-        backend: Backend,
+        service: GenerationService,
         chat: ChatFormat,
-        env_factory: Callable[[], RLMEnvironment],
+        env_factory: EnvFactory,
         config: RolloutConfig | None = None,
-        sub_lm: EngineSubLM | None = None,
+        reader: SubLM | str | None = None,
+        on_turn: Callable[[Episode, Turn | None], None] | None = None,
     ) -> None:
-        """`sub_lm`: the batched sub-LM the environments' `llm()` reaches, if it is this engine's
-        (`EngineSubLM`); the engine tells it which episodes may still call, so each turn's sub-calls from all
-        episodes go out as one batch."""
-        self.backend, self.chat, self.env_factory, self.sub_lm = backend, chat, env_factory, sub_lm
+        """`reader`: who answers `llm()` — an outside `SubLM`, "policy" / "base" (this engine's model with its
+        adapter on / off), or None (no sub-calls). `on_turn(episode, turn)` is called when an episode has
+        started (turn None) and after each of its turns (the demo streams them)."""
+        if isinstance(reader, str) and reader not in SELF_READERS:
+            raise ValueError(f"reader must be a SubLM, one of {SELF_READERS} or None, got {reader!r}")
+        self.service, self.chat, self.env_factory = service, chat, env_factory
         self.config = config or RolloutConfig()
-        self.generate_calls = 0
+        self.reader, self.on_turn = reader, on_turn
+        self._barrier: _TurnBarrier | None = None
 
-    def run_sync(self, tasks: Sequence[Any], sampling: Sampling | None = None) -> list[Rollout]:
+    # ---- public API ----------------------------------------------------------------------------
+    def run_sync(self, tasks: Sequence[Any], sampling: Sampling | None = None) -> list[Episode]:
         return asyncio.run(self.run(tasks, sampling))
 
-    async def run(self, tasks: Sequence[Any], sampling: Sampling | None = None) -> list[Rollout]:
-        """One rollout per task (pass a task several times for a GRPO group)."""
-        cfg = self.config
-        sampling = sampling or cfg.sampling
-        if self.chat.stop_strings:
-            sampling = Sampling(**{**sampling.__dict__, "stop_strings": tuple(self.chat.stop_strings)})
-        envs = [self.env_factory() for _ in tasks]
+    async def run(self, tasks: Sequence[Any], sampling: Sampling | None = None) -> list[Episode]:
+        """One episode per task, in task order (pass a task several times for a GRPO group)."""
+        sampling = sampling or self.config.sampling
+        self._barrier = _TurnBarrier(len(tasks)) if self.config.sync_turns else None
         try:
-            starts = await asyncio.gather(
-                *(env.reset_async(task=task) for env, task in zip(envs, tasks, strict=True)),
-                return_exceptions=True,
-            )
-            rollouts: list[Rollout] = []
-            active: list[int] = []
-            for i, (task, obs) in enumerate(zip(tasks, starts, strict=True)):
-                if isinstance(obs, BaseException):
-                    rollouts.append(self._failed(task, obs))
-                    continue
-                rollout = Rollout(task.id, self.chat.prompt_ids(obs.system_prompt or "", obs.text))
-                rollout.trace = {
-                    "task_id": task.id,
-                    "system": obs.system_prompt,
-                    "first": obs.text,
-                    "turns": [],
-                }
-                rollouts.append(rollout)
-                active.append(i)
-            for turn in range(cfg.max_turns):
-                if not active:
-                    break
-                active = await self._turn(envs, rollouts, active, sampling, last=turn == cfg.max_turns - 1)
-            for i in active:  # turns ran out while the environment still waited for an answer
-                await self._finish(envs[i], rollouts[i], "max_turns")
-            return rollouts
+            async with asyncio.TaskGroup() as group:
+                runs = [group.create_task(self.run_episode(t, sampling=sampling)) for t in tasks]
+        except BaseExceptionGroup as failed:  # our own error: the first one, whole, not a wrapped group
+            raise failed.exceptions[0] from None
         finally:
-            await asyncio.gather(*(env.aclose() for env in envs), return_exceptions=True)
+            self._barrier = None
+        return [r.result() for r in runs]
 
-    async def _turn(
-        self,
-        envs: list[RLMEnvironment],
-        rollouts: list[Rollout],
-        active: list[int],
-        sampling: Sampling,
-        last: bool,
-    ) -> list[int]:
+    # ---- one episode ---------------------------------------------------------------------------
+    async def run_episode(self, task: Any, sampling: Sampling | None = None, depth: int = 0) -> Episode:
         cfg = self.config
-        room = {i: cfg.max_total_tokens - len(rollouts[i].completion_ids) for i in active}
-        turn_sampling = Sampling(
-            **{**sampling.__dict__, "max_new_tokens": min(sampling.max_new_tokens, *room.values())}
-        )
-        batch = [rollouts[i].prompt_ids + rollouts[i].completion_ids for i in active]
-        started = time.perf_counter()
-        gens = await asyncio.to_thread(self.backend.generate, batch, turn_sampling)
-        self.generate_calls += 1
-        gen_s = time.perf_counter() - started
-        texts = {}
-        for i, gen in zip(active, gens, strict=True):
-            rollouts[i].append(gen.ids, model=True, logprobs=gen.logprobs)
-            rollouts[i].turns += 1
-            texts[i] = self.chat.turn_text(gen.ids)
-        started = time.perf_counter()
-        if self.sub_lm is not None:
-            self.sub_lm.expect(len(active))
-        results = await asyncio.gather(
-            *(self._step(envs[i], texts[i], len(g.ids)) for i, g in zip(active, gens, strict=True)),
-            return_exceptions=True,
-        )
-        env_s = time.perf_counter() - started
-        still: list[int] = []
-        for i, gen, obs in zip(active, gens, results, strict=True):
-            rollout = rollouts[i]
-            if isinstance(obs, BaseException):
-                rollout.end_reason = f"error: {type(obs).__name__}: {obs}"
-                rollout.trace["turns"].append({"text": texts[i], "error": rollout.end_reason})
-                continue
-            rollout.trace["turns"].append(
-                {
-                    "text": texts[i],
-                    "tokens": len(gen.ids),
-                    "finished": gen.finished,
-                    "generate_s": gen_s,
-                    "env_s": env_s,
-                    "observation": obs.text,
-                    **obs.model_dump(include={"cells", "subcalls", "answer", "end_reason"}),
-                }
-            )
-            if obs.done:
-                self._record_end(rollout, obs)
-                continue
-            suffix = self.chat.observation_ids(obs.text, gen.finished)
-            if last or len(rollout.completion_ids) + len(suffix) >= self.config.max_total_tokens:
-                await self._finish(envs[i], rollout, "max_turns" if last else "token_budget")
-                continue
-            rollout.append(suffix, model=False)
-            still.append(i)
-        return still
-
-    async def _step(self, env: RLMEnvironment, text: str, num_tokens: int) -> RLMObservation:
+        if depth == 0:
+            sampling = sampling or cfg.sampling
+        else:  # a child episode (llm() below max_depth) samples like a sub-call, turns of its own size
+            sampling = replace(cfg.sub_sampling, max_new_tokens=cfg.sampling.max_new_tokens)
+        if self.chat.stop_strings:
+            sampling = replace(sampling, stop_strings=tuple(self.chat.stop_strings))
+        barrier = self._barrier if depth == 0 else None
+        episode = Episode(getattr(task, "id", "?"), [], depth=depth)
+        reader = self._reader_for(episode)
+        env = self.env_factory(reader, depth)
         try:
-            return await env.step_async(RLMAction(text=text, num_tokens=num_tokens))
-        finally:  # this episode will make no more llm() calls this turn: the batch need not wait for it
-            if self.sub_lm is not None:
-                self.sub_lm.done()
+            obs = await env.reset_async(task=task)
+            episode.system, episode.first = obs.system_prompt or "", obs.text
+            episode.prompt_ids = self.chat.prompt_ids(episode.system, obs.text)
+            if self.on_turn is not None:
+                self.on_turn(episode, None)
+            for turn_index in range(cfg.max_turns):
+                room = cfg.max_total_tokens - episode.length
+                if room <= 0:
+                    await self._finish(env, episode, "token_budget")
+                    break
+                if barrier is not None:
+                    await barrier.wait()
+                turn_sampling = self.fit(
+                    replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room)),
+                    len(episode.prompt_ids) + episode.length,
+                )
+                started = time.perf_counter()
+                gen = await self.service.generate(episode.prompt_ids + episode.completion_ids, turn_sampling)
+                text = self.chat.turn_text(gen.ids)
+                turn = Turn(text, list(gen.ids), gen.logprobs, gen.finished)
+                turn.generate_s = time.perf_counter() - started
+                started = time.perf_counter()
+                obs = await env.step_async(RLMAction(text=text, num_tokens=len(gen.ids)))
+                turn.env_s = time.perf_counter() - started
+                turn.observation, turn.cells, turn.subcalls = obs.text, obs.cells, obs.subcalls
+                turn.answer, turn.end_reason = obs.answer, obs.end_reason
+                episode.turns.append(turn)
+                if obs.done:
+                    self._record_end(episode, obs)
+                elif turn_index == cfg.max_turns - 1:
+                    await self._finish(env, episode, "max_turns")
+                else:
+                    suffix = self.chat.observation_ids(obs.text, gen.finished)
+                    if episode.length + len(suffix) >= cfg.max_total_tokens:
+                        await self._finish(env, episode, "token_budget")
+                    else:
+                        turn.observation_ids = suffix
+                if self.on_turn is not None:
+                    self.on_turn(episode, turn)
+                if episode.end_reason is not None:
+                    break
+            return episode
+        finally:
+            if barrier is not None:
+                barrier.leave()
+            await env.aclose()
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _reader_for(self, episode: Episode) -> SubLM | None:
+        if self.config.max_depth == 0 or self.reader is None:
+            return None
+        if isinstance(self.reader, str):
+            return EngineSubLM(self, episode, adapter=self.reader == "policy")
+        return self.reader
+
+    def sub_prompt_ids(self, request: SubLMRequest) -> list[int]:
+        """The sub-LM's prompt for one `llm()` call: the chunk cut to the sub-call's input budget."""
+        tok = self.chat.tokenizer
+        chunk = tok.encode(request.chunk, add_special_tokens=False)
+        room = (
+            self.config.sub_max_input_tokens - len(tok.encode(request.prompt, add_special_tokens=False)) - 64
+        )
+        cut = SubLMRequest(request.prompt, tok.decode(chunk[: max(0, room)]))
+        return self.chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+
+    def fit(self, sampling: Sampling, prompt_len: int) -> Sampling:
+        """`sampling` with its new tokens cut so that prompt + completion stay inside the model's window."""
+        window = self.config.context_tokens
+        if window is None:
+            return sampling
+        room = window - prompt_len
+        if room < 1:
+            raise ValueError(f"a {prompt_len}-token request leaves no room in the {window}-token window")
+        return replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room))
 
     @staticmethod
-    def _record_end(rollout: Rollout, obs: RLMObservation) -> None:
-        rollout.end_reason = obs.end_reason
-        rollout.reward = obs.reward if obs.reward is None else float(obs.reward)
-        rollout.breakdown = obs.reward_breakdown
+    def _record_end(episode: Episode, obs: RLMObservation) -> None:
+        episode.end_reason = obs.end_reason
+        b = obs.reward_breakdown
+        episode.reward = None if b is None else RewardBreakdown.from_dict(b)
 
-    async def _finish(self, env: RLMEnvironment, rollout: Rollout, reason: str) -> None:
-        self._record_end(rollout, await env.finish_async(reason))
-
-    @staticmethod
-    def _failed(task: Any, exc: BaseException) -> Rollout:
-        rollout = Rollout(getattr(task, "id", "?"), [], end_reason=f"error: {type(exc).__name__}: {exc}")
-        rollout.trace = {"task_id": rollout.task_id, "error": rollout.end_reason, "turns": []}
-        return rollout
+    async def _finish(self, env: RLMEnvironment, episode: Episode, reason: str) -> None:
+        self._record_end(episode, await env.finish_async(reason))

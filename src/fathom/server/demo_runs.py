@@ -12,12 +12,12 @@ Policies:
   `expert_reader`. On a free-form question it greps the question's words, then asks `llm()` about every
   chunk, read by the keyword reader (`fathom.server.cli.keyword_reader`): a scaffold demo, not a solver.
 - ``model``: the model the server was started with (`--demo-model`), on CPU through `HFBackend`; its own
-  `llm()` calls go to the same model (`EngineSubLM`), as in training.
+  `llm()` calls go to the same model, as in training.
 
-Both run in `RolloutEngine`, so a live episode is exactly what training and eval run, and its pieces are
-those of a trace line (`fathom.server.traces`): ``task``, ``start`` (system prompt, first user message),
-one ``turn`` per model turn (``Rollout.trace["turns"]`` items), then ``end`` (reward, breakdown, end
-reason, answer). This module does not serve HTTP (demo.py).
+Both run in the rollout engine (`fathom.rollout.wiring.build_engine`), so a live episode is exactly what
+training and eval run, and its pieces are those of a trace line (`fathom.rollout.episode`): ``task``,
+``start`` (system prompt, first user message), one ``turn`` per model turn (`turn_json`), then ``end``
+(reward, breakdown, end reason, answer). This module does not serve HTTP (demo.py).
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fathom.env import EnvConfig, RLMEnvironment, ScriptedSubLM, SubLM
 from fathom.env.expert import CHUNK_CHARS, EXPERTS, expert_reader, expert_turn
-from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, RolloutConfig, RolloutEngine, Sampling
+from fathom.rollout import ChatFormat, HFBackend, RolloutConfig, Sampling
+from fathom.rollout.episode import Episode, Turn, turn_json
 from fathom.rollout.policies import ScriptedBackend
+from fathom.rollout.wiring import build_engine, hf_service
 from fathom.server.cli import keyword_reader
 from fathom.server.served import InvalidTask
 from fathom.tasks import FAMILIES, Task, estimate_tokens, generate_task
@@ -214,36 +216,6 @@ def expert_policy(chat: ChatFormat, task: Task) -> tuple[ScriptedBackend, SubLM]
     return backend, reader
 
 
-class _LiveEngine(RolloutEngine):
-    """The rollout engine, publishing each episode's start and each turn as soon as it is done."""
-
-    def __init__(self, *args: Any, publish: Callable[[Event], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.publish = publish
-        self._started: set[int] = set()
-
-    async def _turn(
-        self,
-        envs: list[RLMEnvironment],
-        rollouts: list[Any],
-        active: list[int],
-        sampling: Sampling,
-        last: bool,
-    ) -> list[int]:
-        seen = {}
-        for i in active:
-            trace = rollouts[i].trace
-            if i not in self._started:  # the episode has been reset: its prompt is known
-                self._started.add(i)
-                self.publish(("start", {"system": trace["system"], "first": trace["first"]}))
-            seen[i] = len(trace["turns"])
-        still = await super()._turn(envs, rollouts, active, sampling, last)
-        for i in active:
-            for turn in rollouts[i].trace["turns"][seen[i] :]:
-                self.publish(("turn", turn))
-        return still
-
-
 async def stream_episode(
     request: RunRequest,
     task: Task,
@@ -256,46 +228,56 @@ async def stream_episode(
 
     `chat_for_expert` is awaited for the expert's `ChatFormat` (loaded once, by the caller)."""
     yield "task", task_card(task)
-    env_config = replace(env_config, max_iterations=request.max_turns)
     if request.policy == "expert":
-        backend, sub_lm = expert_policy(await chat_for_expert(), task)
-        chat, engine_sub = backend.chat, None
+        backend, reader = expert_policy(await chat_for_expert(), task)
+        chat, service = backend.chat, hf_service(backend)
         config = RolloutConfig(max_turns=request.max_turns, max_total_tokens=EXPERT_TOTAL_TOKENS)
     else:
         if model is None:
             raise InvalidTask("no model policy: start the server with --demo-model NAME")
-        chat = model.chat
-        engine_sub = EngineSubLM(model.backend, chat, Sampling(max_new_tokens=128, temperature=0.0), 2048)
-        backend, sub_lm = model.backend, engine_sub
+        chat, service, reader = model.chat, hf_service(model.backend), "policy"
         sampling = Sampling(max_new_tokens=request.max_new_tokens, temperature=request.temperature)
         config = RolloutConfig(request.max_turns, MODEL_TOTAL_TOKENS, sampling)
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    engine = _LiveEngine(
-        backend,
+
+    def publish(episode: Episode, turn: Turn | None) -> None:
+        if turn is None:  # the episode has been reset: its prompt is known
+            queue.put_nowait(("start", {"system": episode.system, "first": episode.first}))
+        else:
+            queue.put_nowait(("turn", turn_json(turn)))
+
+    engine = build_engine(
+        service,
         chat,
-        lambda: make_env(env_config, sub_lm),
         config,
-        sub_lm=engine_sub,
-        publish=queue.put_nowait,
+        reader,
+        reward=env_config.reward,
+        sandbox=env_config.sandbox,
+        make_env=lambda config, sub_lm: make_env(replace(env_config, **_budgets(config)), sub_lm),
+        on_turn=publish,
     )
     run = asyncio.ensure_future(engine.run([task]))
     run.add_done_callback(lambda _: queue.put_nowait(None))
     try:
         while (event := await queue.get()) is not None:
             yield event
-        rollout = run.result()[0]
+        episode = run.result()[0]
     finally:
         if not run.done():  # the page went away: stop the episode (the engine closes its sandbox)
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
-    answers = [t["answer"] for t in rollout.trace.get("turns", []) if t.get("answer") is not None]
     yield (
         "end",
         {
-            "reward": rollout.reward,
-            "breakdown": rollout.breakdown,
-            "end_reason": rollout.end_reason,
-            "answer": answers[-1] if answers else None,
-            "turns": rollout.turns,
+            "reward": episode.total_reward,
+            "breakdown": None if episode.reward is None else episode.reward.to_dict(),
+            "end_reason": episode.end_reason,
+            "answer": episode.answer,
+            "turns": len(episode.turns),
         },
     )
+
+
+def _budgets(config: EnvConfig) -> dict[str, Any]:
+    """The budget fields of an environment config that the engine derived from the run's RolloutConfig."""
+    return {k: getattr(config, k) for k in ("max_iterations", "max_episode_tokens", "max_depth")}

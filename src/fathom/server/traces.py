@@ -1,8 +1,8 @@
 """Episode traces for the web viewer: find ``traces*.jsonl`` files under a runs folder, page through their
 lines, and turn any line into the one view the page renders (live episodes stream the same view).
 
-Trace line format (one JSON object per line). The episode itself is the rollout engine's
-``Rollout.trace``::
+Trace line format (one JSON object per line). The episode itself is `fathom.rollout.episode.Episode.to_json()`
+(its ``reward`` is the breakdown; ``depth`` and ``engine_subcalls`` are not shown)::
 
     {"task_id": str, "system": str, "first": str,
      "turns": [{"text": str,                    # the model's turn, raw
@@ -13,8 +13,8 @@ Trace line format (one JSON object per line). The episode itself is the rollout 
                 "answer": any, "end_reason": str | null,
                 "tokens": int, "finished": bool, "generate_s": float, "env_s": float}, ...]}
 
-A line is either that object, with the outcome keys beside it, or a record holding it under ``"trace"``
-(what `fathom.train` and `fathom eval` write). Outcome keys, all optional: ``reward`` (or ``env_reward``),
+A line is either that object, with the outcome keys beside it, or a record holding it under ``"episode"``
+(what `fathom.train` writes) or ``"trace"`` (what `fathom eval` writes). Outcome keys, all optional: ``reward`` (or ``env_reward``),
 ``breakdown`` (`RewardBreakdown.to_dict()`: total, score, correct, capped, components), ``end_reason``,
 ``answer``, ``gold``, ``question``, ``family``, ``length_tokens``, ``task_id`` (or ``id``); ``kind``,
 ``step``, ``group``, ``index``, ``tier`` and ``policy`` are shown as labels. A turn that failed holds
@@ -173,10 +173,13 @@ def _first(*values: Any) -> Any:
 
 def trace_view(record: dict[str, Any]) -> dict[str, Any]:
     """A trace line (see the module docstring) as the page renders it: task, start, turns, end, labels."""
-    trace = record["trace"] if isinstance(record.get("trace"), dict) else record
+    nested = next((record[k] for k in ("episode", "trace") if isinstance(record.get(k), dict)), None)
+    trace = record if nested is None else nested
     turns = trace.get("turns")
     if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
         raise TraceFormatError("a trace needs a 'turns' list of objects (see fathom.server.traces)")
+    if isinstance(trace.get("reward"), dict):  # an Episode.to_json(): its reward is the whole breakdown
+        trace = {**trace, "breakdown": trace["reward"], "reward": trace["reward"].get("total")}
     breakdown = _first(record.get("breakdown"), trace.get("breakdown"))
     breakdown = breakdown if isinstance(breakdown, dict) else None
     answered = [t["answer"] for t in turns if t.get("answer") is not None]

@@ -116,13 +116,22 @@ class FathomCallback(TrainerCallback):
         trainer, recipe = self.trainer, self.recipe
         s = self.rollout.take_stats()
         local = torch.tensor(
-            [s.rollouts, s.scored, s.reward_sum, s.correct_sum, s.model_tokens, s.generate_s, s.rollout_s],
+            [
+                s.rollouts,
+                s.scored,
+                s.reward_sum,
+                s.correct_sum,
+                s.model_tokens,
+                s.generate_s,
+                s.rollout_s,
+                s.sampled_tokens,
+            ],
             dtype=torch.float64,
             device=trainer.accelerator.device,
         )
-        rollouts, scored, reward_sum, correct_sum, tokens, gen_s, roll_s = trainer.accelerator.reduce(
-            local, reduction="sum"
-        ).tolist()
+        rollouts, scored, reward_sum, correct_sum, tokens, gen_s, roll_s, sampled = (
+            trainer.accelerator.reduce(local, reduction="sum").tolist()
+        )
         # The slowest rank sets the pace (every rank waits for it at the first collective after the rollout)
         slowest = torch.tensor([s.generate_s, s.rollout_s], dtype=torch.float64, device=local.device)
         if trainer.accelerator.num_processes > 1:
@@ -147,6 +156,8 @@ class FathomCallback(TrainerCallback):
         out["time/env_s"] = max(0.0, (roll_s - gen_s) / world)
         out["time/optimise_s"] = max(0.0, step_s - roll_max_s)
         out["throughput/sampled_tokens_per_s"] = tokens / max(step_s, 1e-9)  # every rank's tokens
+        # Everything the engine sampled (policy turns and llm() replies) per second it was generating
+        out["throughput/generate_tokens_per_s"] = sampled / max(gen_s, 1e-9)
         out["world_size"] = world
         if scored:
             reward, accuracy = reward_sum / scored, correct_sum / scored

@@ -85,11 +85,11 @@ class RolloutSection:
     temperature: float = 1.0
     top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
     top_k: int = 0
-    generation_mode: str = (
-        "auto"  # fathom.rollout.HFBackend: auto (= plain for now) | plain | static | lean | graph
-    )
-    max_cache_len: int = 8192  # static and graph modes
-    graph_fuse: bool = False  # graph mode: inductor-fuse the step (~50 s compile per shape, ~2x faster)
+    # auto: vLLM (TRL's colocated engine) on a GPU where vLLM is installed, else HF generate (plain)
+    generation_mode: str = "auto"  # auto | vllm | plain | static
+    max_cache_len: int = 8192  # static mode
+    vllm_gpu_memory_utilization: float = 0.3  # the colocated engine's share of the GPU (weights + KV cache)
+    vllm_max_model_len: int = 8192  # prompt + completion, for the engine's KV cache
     sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
     sub_lm_url: str = ""  # openai only: http://host:port/v1
     sub_lm_model: str = ""
@@ -103,12 +103,9 @@ class RolloutSection:
     def __post_init__(self) -> None:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
         _positive("rollout", self, "temperature", "top_k", allow_zero=True)
-        _one_of("rollout", "generation_mode", self.generation_mode, ("auto", *MODES))
-        if self.generation_mode in ("lean", "graph") and (self.top_p < 1 or self.top_k):
-            raise ConfigError(
-                f"rollout.generation_mode = {self.generation_mode!r} samples the full distribution: "
-                "top_p = 1, top_k = 0"
-            )
+        _one_of("rollout", "generation_mode", self.generation_mode, ("auto", "vllm", *MODES))
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            raise ConfigError("rollout.vllm_gpu_memory_utilization must be in (0, 1)")
         _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))
         _one_of("rollout", "lockstep", self.lockstep, ("auto", "on", "off"))
         if not 0 < self.top_p <= 1:
@@ -117,11 +114,8 @@ class RolloutSection:
             raise ConfigError("rollout.sub_lm = 'openai' needs rollout.sub_lm_url and rollout.sub_lm_model")
         if not 0 < self.cell_soft_timeout_s < self.cell_hard_timeout_s:
             raise ConfigError("need 0 < rollout.cell_soft_timeout_s < rollout.cell_hard_timeout_s")
-        if self.max_depth not in (0, 1):
-            raise ConfigError(
-                f"rollout.max_depth must be 0 or 1 in training (got {self.max_depth}): deeper sub-calls are RLM "
-                "episodes of their own, which the trainer does not drive yet"
-            )
+        if not 0 <= self.max_depth <= 4:
+            raise ConfigError(f"rollout.max_depth must be in 0..4 (got {self.max_depth})")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fathom.reward.compose import COMPONENTS
-from fathom.train.rollout_func import FathomRollout, behaviour
+from fathom.train.rollout_func import FathomRollout
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -50,18 +50,18 @@ def evaluate(
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        rollouts, _ = rollout_fn.run_episodes(trainer, shard, rollout_fn.sampling(temperature))
+        episodes, _ = rollout_fn.run_episodes(trainer, shard, rollout_fn.sampling(temperature))
     rows = []
-    for task, rollout in zip(shard, rollouts, strict=True):
-        b = rollout.breakdown or {}
+    for task, episode in zip(shard, episodes, strict=True):
+        b = episode.reward
         rows.append(
             {
                 "task_id": task.id,
                 "family": task.family,
-                "correct": bool(b.get("correct")),
-                "reward": float(rollout.reward or 0.0),
-                "components": dict(b.get("components", {})),
-                "behaviour": behaviour(rollout),
+                "correct": episode.correct,
+                "reward": 0.0 if b is None else b.total,
+                "components": {} if b is None else dict(b.components),
+                "behaviour": episode.behaviour(),
             }
         )
         if rollout_fn.traces is not None:
@@ -73,10 +73,8 @@ def evaluate(
                     "family": task.family,
                     "question": task.question,
                     "gold": task.answer,
-                    "end_reason": rollout.end_reason,
-                    "breakdown": rollout.breakdown,
-                    "conversation": rollout_fn.tokenizer.decode(rollout.prompt_ids + rollout.completion_ids),
-                    "trace": rollout.trace,
+                    "conversation": rollout_fn.tokenizer.decode(episode.prompt_ids + episode.completion_ids),
+                    "episode": episode.to_json(),
                 }
             )
     if acc.num_processes > 1:

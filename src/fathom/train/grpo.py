@@ -98,6 +98,37 @@ def resume_point(config: TrainConfig, run_dir: Path) -> Path | None:
     return path
 
 
+def wants_vllm(config: TrainConfig, device: str) -> bool:
+    """Whether rollouts generate through vLLM: asked for, or "auto" on a GPU where vLLM is installed."""
+    import importlib.util
+
+    mode = config.rollout.generation_mode
+    installed = importlib.util.find_spec("vllm") is not None
+    if mode == "vllm":
+        if not installed:
+            raise ConfigError(
+                "rollout.generation_mode = 'vllm' but vLLM is not installed (pip install 'fathom-rlm[vllm]')"
+            )
+        if device == "cpu":
+            raise ConfigError("rollout.generation_mode = 'vllm' needs a GPU: use 'plain' on a CPU")
+        return True
+    return mode == "auto" and installed and device != "cpu"
+
+
+def vllm_arguments(config: TrainConfig, device: str) -> dict[str, Any]:
+    """GRPOConfig's vLLM settings: TRL's colocated engine, which TRL syncs (LoRA merged) before each rollout."""
+    if not wants_vllm(config, device):
+        return {"use_vllm": False}
+    r = config.rollout
+    return {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": r.vllm_gpu_memory_utilization,
+        "vllm_max_model_length": r.vllm_max_model_len,
+        "vllm_enable_sleep_mode": False,
+    }
+
+
 def build_grpo(
     config: TrainConfig, extra_reward_funcs: Sequence[Callable[..., list[float | None]]] = ()
 ) -> GRPORun:
@@ -166,7 +197,7 @@ def build_grpo(
         epsilon_high=g.epsilon_high,
         scale_rewards=g.scale_rewards,
         mask_truncated_completions=g.mask_truncated_completions,
-        use_vllm=False,
+        **vllm_arguments(config, device),
         bf16=use_bf16(g.bf16, device),
         use_cpu=device == "cpu",
         gradient_checkpointing=config.model.gradient_checkpointing,
@@ -193,6 +224,11 @@ def build_grpo(
             f"{dist.num_processes}: launch with accelerate/torchrun and a matching run.device"
         )
     mode = config.rollout.generation_mode
+    if needs_lockstep(trainer, config.rollout.lockstep) and args.use_vllm:
+        raise ConfigError(
+            "vLLM generation under lockstep (FSDP, or rollout.lockstep = 'on') is not supported: every forward "
+            "is a collective there; use rollout.generation_mode = 'plain'"
+        )
     if needs_lockstep(trainer, config.rollout.lockstep) and mode not in ("auto", "plain"):
         raise ConfigError(
             f"rollout.generation_mode = {mode!r} under lockstep generation (FSDP, or "

@@ -1,35 +1,38 @@
-"""TRL's ``rollout_func`` over FATHOM's rollout engine, the reward function, and per-rollout behaviour.
+"""TRL's ``rollout_func`` over FATHOM's rollout engine, and the reward function that logs each episode.
 
 `FathomRollout(prompts, trainer)` gets this rank's generation batch: slot prompts, each repeated
 ``num_generations`` times in a row (one GRPO group). It resolves each slot to its task (`tasksource`), runs
-every episode through `fathom.rollout.RolloutEngine` with the trainer's *current* weights (HF generate over
-the unwrapped model), and returns exactly one rollout per prompt entry:
+every episode through the rollout engine (`fathom.rollout.wiring.build_engine`) with the trainer's *current*
+weights — TRL's colocated vLLM engine with ``use_vllm`` (TRL syncs the weights, LoRA merged, before it calls
+us), HF generate over the unwrapped model otherwise — and returns exactly one row per prompt entry:
 
 - ``prompt_ids`` / ``completion_ids`` token-exact, ``env_mask`` (1 = sampled, trained; 0 = environment reply,
-  attended but masked out of the loss), ``logprobs`` None (no vLLM, so no importance-sampling correction);
-- ``fathom_reward``: the shaped reward (`recipe.shape_group`, using the recipe state of this step), or None
-  for an episode the *infrastructure* failed (TRL then leaves it out of the group baseline);
-- ``fathom_info``: the reward components and behaviour of each rollout, which `fathom_reward_func` logs
+  attended but masked out of the loss), ``logprobs`` (vLLM's sampling log-probs, for TRL's importance-sampling
+  correction; None with HF generate);
+- ``fathom_reward``: the shaped reward (`recipe.shape_group`, using the recipe state of this step);
+- ``fathom_info``: the reward components and behaviour of each episode, which `fathom_reward` logs
   through TRL's ``log_metric`` (so they reach metrics.jsonl, TensorBoard and W&B with TRL's own metrics).
 
-Every rollout is written whole to ``traces.jsonl``. Per-step sums for the recipe (mean reward, accuracy,
-tokens) wait in `StepStats` until the callback reduces them across ranks. This module does not update the
-recipe state or touch the optimiser.
+Every episode is written whole to ``traces.jsonl``. An exception in our own code (environment, reward,
+engine) propagates and stops the step: no row is silently dropped. Per-step sums for the recipe wait in
+`StepStats` until the callback reduces them across ranks. This module does not update the recipe state or
+touch the optimiser.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fathom.env import EnvConfig, OpenAISubLM, RLMEnvironment
+from fathom.env import OpenAISubLM
 from fathom.env.expert import expert_reader
 from fathom.reward.compose import COMPONENTS
-from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, Rollout, RolloutConfig, RolloutEngine, Sampling
+from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling
+from fathom.rollout.service import GenerationService, ServiceStats
+from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.sandbox import SandboxConfig
 from fathom.train.config import TrainConfig
 from fathom.train.generation import (
@@ -43,47 +46,23 @@ from fathom.train.recipe import RecipeState, Scored, Shaped, shape_group
 from fathom.train.runlog import JsonlWriter
 from fathom.train.tasksource import TaskSource, parse_slot
 
-CTX_RE = re.compile(r"\bctx\b")
 
-
-def behaviour(rollout: Rollout) -> dict[str, float]:
-    """What the policy did in one episode (counts, and 0/1 flags that average to rates)."""
-    turns = rollout.trace.get("turns", [])
-    cells = [c for t in turns for c in t.get("cells", [])]
-    subcalls = [s for t in turns for s in t.get("subcalls", [])]
-    answered = rollout.end_reason == "answered"
-    read_doc = any(CTX_RE.search(c.get("code", "")) for c in cells) or bool(subcalls)
-    model_tokens = sum(rollout.env_mask)
-    return {
-        "turns": float(rollout.turns),
-        "code_cells": float(len(cells)),
-        "code_errors": float(sum(1 for c in cells if c.get("error") and not c.get("timed_out"))),
-        "timeouts": float(sum(1 for c in cells if c.get("timed_out"))),
-        "restarts": float(sum(1 for c in cells if c.get("restarted"))),
-        "no_code_turns": float(sum(1 for t in turns if not t.get("cells"))),
-        "subcalls": float(len(subcalls)),
-        "llm_chars": float(sum(s.get("chunk_chars", 0) + len(s.get("prompt", "")) for s in subcalls)),
-        "answered": float(answered),
-        "blind_answer": float(answered and not read_doc),
-        "hit_max_turns": float(rollout.end_reason == "max_turns" or rollout.end_reason == "max_iterations"),
-        "hit_token_budget": float(rollout.end_reason == "token_budget"),
-        "model_tokens": float(model_tokens),
-        "env_tokens": float(len(rollout.env_mask) - model_tokens),
-    }
-
-
-def scored(rollout: Rollout) -> Scored | None:
-    """The reward inputs of a finished episode; None when the infrastructure failed it."""
-    b = rollout.breakdown
-    if b is None or rollout.reward is None or (rollout.end_reason or "").startswith("error"):
+def scored(episode: Episode) -> Scored | None:
+    """The reward inputs of a finished episode (None only for an episode that never got a reward)."""
+    b = episode.reward
+    if b is None:
         return None
     return Scored(
-        total=float(b["total"]),
-        token_component=float(b["components"]["token_budget"]),
-        correct=bool(b["correct"]),
-        score=float(b["score"]),
-        model_tokens=sum(rollout.env_mask),
+        total=b.total,
+        token_component=float(b.components["token_budget"]),
+        correct=b.correct,
+        score=b.score,
+        model_tokens=episode.model_tokens,
     )
+
+
+def uses_vllm(trainer: Any) -> bool:
+    return bool(getattr(trainer.args, "use_vllm", False))
 
 
 @dataclass
@@ -97,6 +76,7 @@ class StepStats:
     model_tokens: int = 0
     generate_s: float = 0.0
     rollout_s: float = 0.0
+    sampled_tokens: int = 0
     timings: list[float] = field(default_factory=list)
 
 
@@ -122,77 +102,73 @@ class FathomRollout:
         self.stats = StepStats()
         self._backend: HFBackend | None = None
         r = config.rollout
-        self.env_config = EnvConfig(
-            max_iterations=r.max_turns,
-            max_episode_tokens=r.max_total_tokens,
-            max_depth=r.max_depth,
-            sandbox=SandboxConfig(soft_timeout_s=r.cell_soft_timeout_s, hard_timeout_s=r.cell_hard_timeout_s),
-            reward=config.reward,
-        )
         self.engine_config = RolloutConfig(
             max_turns=r.max_turns,
             max_total_tokens=r.max_total_tokens,
             sub_sampling=Sampling(max_new_tokens=r.sub_max_new_tokens, temperature=0.0),
             sub_max_input_tokens=r.sub_max_input_tokens,
+            max_depth=r.max_depth,
+            context_tokens=r.vllm_max_model_len,
+        )
+        self.sandbox = SandboxConfig(
+            soft_timeout_s=r.cell_soft_timeout_s, hard_timeout_s=r.cell_hard_timeout_s
         )
 
-    def sampling(self, temperature: float | None = None) -> Sampling:
+    def sampling(self, temperature: float | None = None, logprobs: bool = False) -> Sampling:
         r = self.config.rollout
         t = self.state.temperature if temperature is None else temperature
-        return Sampling(max_new_tokens=r.max_new_tokens, temperature=t, top_p=r.top_p, top_k=r.top_k)
+        return Sampling(
+            max_new_tokens=r.max_new_tokens, temperature=t, top_p=r.top_p, top_k=r.top_k, logprobs=logprobs
+        )
+
+    def _reader(self) -> Any:
+        r = self.config.rollout
+        if r.sub_lm in ("policy", "base"):
+            return r.sub_lm
+        if r.sub_lm == "expert":
+            return expert_reader()
+        if r.sub_lm == "openai":
+            return OpenAISubLM(r.sub_lm_url, r.sub_lm_model, max_tokens=r.sub_max_new_tokens)
+        return None
 
     def run_episodes(
         self, trainer: Any, tasks: Sequence[Any], sampling: Sampling
-    ) -> tuple[list[Rollout], TimedBackend]:
-        """Every task's episode with the trainer's current weights; returns the rollouts and generation timing."""
+    ) -> tuple[list[Episode], ServiceStats]:
+        """Every task's episode with the trainer's current weights; returns the episodes and generation stats.
+
+        With ``use_vllm`` the policy generates through TRL's colocated vLLM engine (weights synced by TRL
+        before this call), continuously batched; otherwise HF generate over the unwrapped model."""
         r = self.config.rollout
-        in_lockstep = needs_lockstep(trainer, r.lockstep)
-        # Lockstep needs HF generate's synced forwards: "auto" means plain there, whatever it means elsewhere
-        mode = "plain" if in_lockstep and r.generation_mode == "auto" else r.generation_mode
+        reader = self._reader()
         with policy_model(trainer) as model:
-            # Kept across steps: the weights are updated in place, so a graph decoder's captures stay valid.
             if self._backend is None or self._backend.model is not model:
-                self._backend = HFBackend(
-                    model,
-                    self.tokenizer,
-                    mode=mode,
-                    max_cache_len=r.max_cache_len,
-                    graph_max_new=max(r.max_new_tokens, r.sub_max_new_tokens),  # turns and llm() replies
-                    fuse=r.graph_fuse,
-                )
-            inner: Any = self._backend
-            lockstep = None
-            synced: Any = contextlib.nullcontext()
+                mode = "plain" if r.generation_mode in ("auto", "vllm") else r.generation_mode
+                self._backend = HFBackend(model, self.tokenizer, mode=mode, max_cache_len=r.max_cache_len)
             device = trainer.accelerator.device
-            if in_lockstep:
+            inner: Any = self._backend
+            lockstep, synced = None, contextlib.nullcontext()
+            if not uses_vllm(trainer) and needs_lockstep(trainer, r.lockstep):
                 lockstep = inner = LockstepBackend(inner, self.chat.prompt_ids("", "ok"), device=device)
                 synced = synced_generation(model)
-            timed = TimedBackend(inner, trainer.accelerator.autocast, device=device)
-            sub_lm: Any = None
-            engine_sub: EngineSubLM | None = None
-            if r.sub_lm in ("policy", "base"):
-                sub_lm = engine_sub = EngineSubLM(
-                    timed,
-                    self.chat,
-                    self.engine_config.sub_sampling,
-                    r.sub_max_input_tokens,
-                    use_adapters=r.sub_lm == "policy",
-                )
-            elif r.sub_lm == "expert":
-                sub_lm = expert_reader()
-            elif r.sub_lm == "openai":
-                sub_lm = OpenAISubLM(r.sub_lm_url, r.sub_lm_model, max_tokens=r.sub_max_new_tokens)
-            env_config = self.env_config
-
-            def env_factory() -> RLMEnvironment:
-                return RLMEnvironment(env_config, sub_lm=sub_lm)
-
-            engine = RolloutEngine(timed, self.chat, env_factory, self.engine_config, sub_lm=engine_sub)
-            with synced:
-                rollouts = engine.run_sync(list(tasks), sampling)
+            hf = hf_service(TimedBackend(inner, trainer.accelerator.autocast, device=device), model)
+            service: GenerationService = hf
+            if uses_vllm(trainer):
+                # vLLM holds the merged policy; adapter-off llm() calls (sub_lm = "base") read with HF generate
+                service = vllm_service(trainer.vllm_generation.llm, base=hf if reader == "base" else None)
+                sampling = Sampling(**{**sampling.__dict__, "logprobs": True})
+            engine = build_engine(
+                service,
+                self.chat,
+                self.engine_config,
+                reader,
+                reward=self.config.reward,
+                sandbox=self.sandbox,
+            )
+            with synced, running(service):
+                episodes = engine.run_sync(list(tasks), sampling)
                 if lockstep is not None:
                     lockstep.drain()
-        return rollouts, timed
+        return episodes, service.stats
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         step = trainer.state.global_step + 1  # the optimizer step these rollouts train
@@ -203,68 +179,61 @@ class FathomRollout:
         tier = self.state.tier
         tasks = [self.source.task(tier, step, s) for s in slots]
         started = time.perf_counter()
-        rollouts, timed = self.run_episodes(trainer, tasks, self.sampling())
+        episodes, gen_stats = self.run_episodes(trainer, tasks, self.sampling())
         wall = time.perf_counter() - started
 
-        shaped: list[Shaped | None] = []
-        for start in range(0, len(rollouts), g):
-            group = [scored(r) for r in rollouts[start : start + g]]
-            ok = [s for s in group if s is not None]
-            it = iter(shape_group(ok, self.state.penalty_weight, self.config.penalty, self.config.reward))
-            shaped += [None if s is None else next(it) for s in group]
+        shaped: list[Shaped] = []
+        for start in range(0, len(episodes), g):
+            group = [scored(e) for e in episodes[start : start + g]]
+            if any(s is None for s in group):  # every episode ends graded: a missing reward is our bug
+                raise RuntimeError(f"an episode of group {start // g} ended without a reward")
+            shaped += shape_group(group, self.state.penalty_weight, self.config.penalty, self.config.reward)
 
-        out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": None}
-        rewards: list[float | None] = []
-        infos: list[dict[str, float]] = []
-        for i, (task, rollout, sh) in enumerate(zip(tasks, rollouts, shaped, strict=True)):
-            prompt_ids, completion_ids, env_mask = (
-                rollout.prompt_ids,
-                rollout.completion_ids,
-                rollout.env_mask,
-            )
-            if not prompt_ids or not completion_ids:  # the episode never started: a neutral, fully masked row
-                prompt_ids = prompt_ids or self.chat.prompt_ids("", task.question)
-                completion_ids, env_mask = [self.chat.eos_id], [0]
-            out["prompt_ids"].append(prompt_ids)
-            out["completion_ids"].append(completion_ids)
-            out["env_mask"].append(env_mask)
-            rewards.append(None if sh is None else sh.reward)
-            infos.append(self._info(rollout, sh, tier))
-            self._trace(step, i // g, i, task, rollout, sh, "train")
-        out["fathom_reward"], out["fathom_info"] = rewards, infos
+        with_logprobs = all(e.logprobs is not None for e in episodes)
+        out: dict[str, Any] = {
+            "prompt_ids": [e.prompt_ids for e in episodes],
+            "completion_ids": [e.completion_ids for e in episodes],
+            "env_mask": [e.env_mask for e in episodes],
+            # vLLM's sampling log-probs: TRL's importance-sampling correction for the engine/trainer mismatch
+            "logprobs": [e.logprobs for e in episodes] if with_logprobs else None,
+            "fathom_reward": [sh.reward for sh in shaped],
+            "fathom_info": [self._info(e, sh, tier) for e, sh in zip(episodes, shaped, strict=True)],
+        }
+        for i, (task, episode, sh) in enumerate(zip(tasks, episodes, shaped, strict=True)):
+            self._trace(step, i // g, i, task, episode, sh, "train")
 
         s = self.stats
-        s.rollouts += len(rollouts)
-        s.generate_s += timed.seconds
+        s.rollouts += len(episodes)
+        s.generate_s += gen_stats.seconds
         s.rollout_s += wall
-        for rollout in rollouts:
-            s.model_tokens += sum(rollout.env_mask)
-            if (sc := scored(rollout)) is not None:
-                s.scored += 1
-                s.reward_sum += sc.total
-                s.correct_sum += float(sc.correct)
+        s.sampled_tokens += gen_stats.tokens
+        for episode in episodes:
+            s.model_tokens += episode.model_tokens
+            s.scored += 1
+            assert episode.reward is not None
+            s.reward_sum += episode.reward.total
+            s.correct_sum += float(episode.reward.correct)
         return out
 
-    def _info(self, rollout: Rollout, sh: Shaped | None, tier: int) -> dict[str, float]:
-        info = {f"behaviour/{k}": v for k, v in behaviour(rollout).items()}
-        info["rollout/infra_error"] = float(sh is None)
+    def _info(self, episode: Episode, sh: Shaped, tier: int) -> dict[str, float]:
+        info = {f"behaviour/{k}": v for k, v in episode.behaviour().items()}
         info["curriculum/tier"] = float(tier)
         info["curriculum/penalty_weight"] = self.state.penalty_weight
         info["curriculum/temperature"] = self.state.temperature
-        b = rollout.breakdown
-        if sh is not None and b is not None:
-            info["reward/env"] = float(b["total"])
-            info["reward/shaped"] = sh.reward
-            info["reward/penalty"] = sh.penalty
-            info["reward/rank_bonus"] = sh.rank_bonus
-            info["reward/token_cost"] = sh.token_cost
-            info["accuracy"] = float(b["correct"])
-            for name in COMPONENTS:
-                info[f"reward/{name}"] = float(b["components"][name])
+        b = episode.reward
+        assert b is not None
+        info["reward/env"] = b.total
+        info["reward/shaped"] = sh.reward
+        info["reward/penalty"] = sh.penalty
+        info["reward/rank_bonus"] = sh.rank_bonus
+        info["reward/token_cost"] = sh.token_cost
+        info["accuracy"] = float(b.correct)
+        for name in COMPONENTS:
+            info[f"reward/{name}"] = float(b.components[name])
         return info
 
     def _trace(
-        self, step: int, group: int, index: int, task: Any, rollout: Rollout, sh: Shaped | None, kind: str
+        self, step: int, group: int, index: int, task: Any, episode: Episode, sh: Shaped | None, kind: str
     ) -> None:
         if self.traces is None:
             return
@@ -280,14 +249,10 @@ class FathomRollout:
                 "length_tokens": task.length_tokens,
                 "question": task.question,
                 "gold": task.answer,
-                "end_reason": rollout.end_reason,
-                "turns": rollout.turns,
-                "env_reward": rollout.reward,
-                "breakdown": rollout.breakdown,
                 "shaped": None if sh is None else sh.__dict__,
-                "behaviour": behaviour(rollout),
-                "conversation": self.tokenizer.decode(rollout.prompt_ids + rollout.completion_ids),
-                "trace": rollout.trace,
+                "behaviour": episode.behaviour(),
+                "conversation": self.tokenizer.decode(episode.prompt_ids + episode.completion_ids),
+                "episode": episode.to_json(),
             }
         )
 

@@ -20,7 +20,6 @@ This module does not evaluate the policy on held-out tasks; `fathom eval` does.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -48,10 +47,11 @@ def sft_tasks(config: TrainConfig) -> list[Any]:
 
 def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -> list[dict[str, Any]]:
     """Play `tasks` with the expert or the teacher; one record per episode, correct or not."""
-    from fathom.env import EnvConfig, OpenAISubLM, RLMEnvironment
+    from fathom.env import OpenAISubLM
     from fathom.env.expert import expert_reader
-    from fathom.rollout import ChatFormat, RolloutConfig, RolloutEngine, Sampling
+    from fathom.rollout import ChatFormat, RolloutConfig, Sampling
     from fathom.rollout.policies import expert_backend
+    from fathom.rollout.wiring import build_engine, hf_service
     from fathom.train.teacher import TeacherBackend
 
     s, r = config.sft, config.rollout
@@ -69,34 +69,28 @@ def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -
             s.teacher_concurrency,
         )
         reader = OpenAISubLM(s.teacher_url, s.teacher_model, max_tokens=r.sub_max_new_tokens)
-    env_config = EnvConfig(max_iterations=s.max_turns, max_episode_tokens=s.max_length, reward=config.reward)
-    engine = RolloutEngine(
-        backend,
-        chat,
-        lambda: RLMEnvironment(env_config, sub_lm=reader),
-        RolloutConfig(
-            max_turns=s.max_turns,
-            max_total_tokens=s.max_length,
-            sampling=Sampling(max_new_tokens=min(s.max_length, 4096), temperature=s.teacher_temperature),
-        ),
+    budgets = RolloutConfig(
+        max_turns=s.max_turns,
+        max_total_tokens=s.max_length,
+        sampling=Sampling(max_new_tokens=min(s.max_length, 4096), temperature=s.teacher_temperature),
     )
+    engine = build_engine(hf_service(backend), chat, budgets, reader, reward=config.reward)
     records = []
     for start in tqdm(range(0, len(tasks), BATCH), desc=f"{s.source} transcripts", unit="batch"):
         batch = tasks[start : start + BATCH]
-        for task, rollout in zip(batch, asyncio.run(engine.run(batch)), strict=True):
-            b = rollout.breakdown or {}
+        for task, episode in zip(batch, engine.run_sync(batch), strict=True):
             records.append(
                 {
                     "task_id": task.id,
                     "family": task.family,
                     "length_tokens": task.length_tokens,
-                    "correct": bool(b.get("correct")),
-                    "reward": rollout.reward,
-                    "end_reason": rollout.end_reason,
-                    "turns": rollout.turns,
-                    "prompt_ids": rollout.prompt_ids,
-                    "completion_ids": rollout.completion_ids,
-                    "env_mask": rollout.env_mask,
+                    "correct": episode.correct,
+                    "reward": episode.total_reward,
+                    "end_reason": episode.end_reason,
+                    "turns": len(episode.turns),
+                    "prompt_ids": episode.prompt_ids,
+                    "completion_ids": episode.completion_ids,
+                    "env_mask": episode.env_mask,
                 }
             )
     return records

@@ -101,29 +101,28 @@ class Smoke:
         return report
 
     def expert(self) -> str:
-        from fathom.env import EnvConfig, RLMEnvironment
         from fathom.env.expert import expert_reader
         from fathom.models import load_tokenizer
         from fathom.models.loading import ModelSpec
-        from fathom.rollout import ChatFormat, RolloutEngine
+        from fathom.rollout import ChatFormat, RolloutConfig
         from fathom.rollout.policies import expert_backend
+        from fathom.rollout.wiring import build_engine, hf_service
         from fathom.tasks import generate_task
 
         c = self.config
         tokenizer = load_tokenizer(ModelSpec(name=c.model.name, chat=c.model.chat))
         chat = ChatFormat(tokenizer, chat=c.model.chat)
         task = generate_task("vartrack", 1, 8192)
-        reader = expert_reader()
-        engine = RolloutEngine(
-            expert_backend(chat, [task]), chat, lambda: RLMEnvironment(EnvConfig(), sub_lm=reader)
+        engine = build_engine(
+            hf_service(expert_backend(chat, [task])), chat, RolloutConfig(max_turns=12), expert_reader()
         )
-        (rollout,) = engine.run_sync([task])
-        self.facts.setdefault("rewards", []).append(rollout.reward)
-        if not (rollout.breakdown or {}).get("correct"):
+        (episode,) = engine.run_sync([task])
+        self.facts.setdefault("rewards", []).append(episode.total_reward)
+        if not episode.correct:
             raise AssertionError(
-                f"the expert failed {task.id}: {rollout.end_reason}, reward {rollout.reward}"
+                f"the expert failed {task.id}: {episode.end_reason}, reward {episode.total_reward}"
             )
-        return f"{task.id}: correct in {rollout.turns} turns, reward {rollout.reward:.3f}"
+        return f"{task.id}: correct in {len(episode.turns)} turns, reward {episode.total_reward:.3f}"
 
     def build(self) -> str:
         from fathom.train.grpo import build_grpo
@@ -138,16 +137,16 @@ class Smoke:
         source = TaskSource(self.config.curriculum.tiers, self.config.run.seed)
         task = source.task(0, 0, 0)
         (r,) = self.run.rollout.run_episodes(self.run.trainer, [task], self.run.rollout.sampling())[0]
-        self.facts.setdefault("rewards", []).append(r.reward)
-        if r.end_reason is None or r.end_reason.startswith("error"):
-            raise AssertionError(f"the rollout did not finish cleanly: {r.end_reason}")
+        self.facts.setdefault("rewards", []).append(r.total_reward)
+        if r.end_reason is None or r.reward is None:
+            raise AssertionError(f"the rollout did not finish with a reward: {r.end_reason}")
         if not (len(r.completion_ids) == len(r.env_mask) and r.env_mask and r.env_mask[-1] == 1):
             raise AssertionError(
                 "completion ids and env mask disagree, or the rollout ends on environment tokens"
             )
         if r.turns >= 2 and 0 not in r.env_mask:
             raise AssertionError("a multi-turn rollout has no environment tokens")
-        return f"{task.id}: {r.turns} turns, {sum(r.env_mask)} sampled + {r.env_mask.count(0)} env tokens, ended {r.end_reason}"
+        return f"{task.id}: {len(r.turns)} turns, {sum(r.env_mask)} sampled + {r.env_mask.count(0)} env tokens, ended {r.end_reason}"
 
     def reward(self) -> str:
         rewards = self.facts.get("rewards", [])

@@ -1,0 +1,222 @@
+"""GPU generation figures for issue #14, every one beside its baseline and its numerics check, in one process.
+
+    python bench/gpu_rollouts.py decode --model "$M" --out bench/results/gpu_rollouts_decode.json
+    python bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out ...
+
+``decode``: tok/s of plain HF ``generate`` and of vLLM (one ``vllm.LLM``, the engine TRL colocates) at batch
+64, 256 and 1024 on real RLM prompts, without and with a LoRA adapter (r=32 on every linear layer, random
+non-zero B so it changes the model). With LoRA, HF generates through the PEFT model (how GRPO generates
+without vLLM) and vLLM holds the merged weights, pushed into the running engine the way TRL's
+``sync_weights`` does (``model.load_weights``). Numerics: for each path, greedy outputs on 8 prompts are
+scored by one eager forward of the same model (PEFT model with LoRA) over prompt + output; the column is
+``max |log-prob(path) - log-prob(eager)|`` over the first 32 tokens, plus the share of greedy tokens equal to
+the eager argmax.
+
+``engine``: the rollout engine on real tasks (the untrained model in the scaffold, 4 turns x 384 tokens,
+its own llm() calls), through vLLM with continuous batching (each turn and sub-call sent when ready) and
+with turn-synchronous batches (``RolloutConfig.sync_turns``), same tasks, greedy; wall time and sampled
+tok/s of each, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def prompts_for(chat: Any, n: int) -> list[list[int]]:
+    from fathom.env.prompts import first_user_message, system_prompt
+    from fathom.tasks import generate_task
+
+    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
+    out = []
+    for i in range(n):
+        t = generate_task(families[i % len(families)], i, 8192)
+        out.append(
+            chat.prompt_ids(
+                system_prompt(16_000), first_user_message(t.question, t.length_chars, t.length_tokens, True)
+            )
+        )
+    return out
+
+
+def eager_check(model: Any, prompts: list[list[int]], gens: list[Any]) -> tuple[float, float]:
+    """(max |log-prob - eager|, share of tokens equal to the eager argmax) over greedy generations."""
+    import torch
+
+    worst, same, total = 0.0, 0, 0
+    device = next(model.parameters()).device
+    for ids, gen in zip(prompts, gens, strict=True):
+        out = gen.ids[:32]
+        if not out:
+            continue
+        seq = torch.tensor([ids + out], device=device)
+        with torch.no_grad():
+            logits = model(seq).logits[0, len(ids) - 1 : len(ids) - 1 + len(out)].float()
+        lp = logits.log_softmax(-1)
+        chosen = lp.gather(-1, torch.tensor(out, device=device)[:, None])[:, 0]
+        if gen.logprobs is not None:
+            worst = max(
+                worst, (chosen - torch.tensor(gen.logprobs[: len(out)], device=device)).abs().max().item()
+            )
+        same += int((lp.argmax(-1) == torch.tensor(out, device=device)).sum())
+        total += len(out)
+    return worst, same / max(total, 1)
+
+
+def add_lora(model: Any) -> Any:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    peft = get_peft_model(
+        model, LoraConfig(r=32, lora_alpha=64, target_modules="all-linear", lora_dropout=0.0)
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.002)
+    return peft.eval()
+
+
+def push_merged(llm: Any, peft: Any) -> None:
+    """The merged LoRA weights into the running engine, as TRL's colocate sync_weights does."""
+    peft.merge_adapter()
+    try:
+        weights = []
+        for name, param in peft.named_parameters():
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            if peft.prefix in name or "original_module" in name:
+                continue
+            weights.append((name, param.data))
+        runner = llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.model.load_weights(weights)
+        llm.reset_prefix_cache()
+    finally:
+        peft.unmerge_adapter()
+
+
+def decode(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fathom.models.loading import resolve_model_dir
+    from fathom.rollout import ChatFormat, HFBackend, Sampling, VLLMBackend
+
+    path = str(resolve_model_dir(args.model))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    chat = ChatFormat(tok)
+    prompts = prompts_for(chat, max(args.batches))
+    started = time.perf_counter()
+    vllm = VLLMBackend(path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16")
+    engine_start_s = time.perf_counter() - started
+    print(
+        f"vLLM engine start {engine_start_s:.1f} s; prompts {len(prompts[0])}-{max(map(len, prompts))} tokens"
+    )
+    timed = Sampling(max_new_tokens=args.new_tokens, temperature=1.0, ignore_eos=True)
+    greedy = Sampling(max_new_tokens=32, temperature=0.0, logprobs=True)
+    rows = []
+    for lora in (False, True):
+        policy = add_lora(model) if lora else model
+        if lora:
+            push_merged(vllm.llm, policy)
+        paths = {"plain": HFBackend(policy, tok, mode="plain"), "vllm": vllm}
+        checks = {}
+        for name, backend in paths.items():
+            gens = backend.generate(prompts[:8], greedy)
+            checks[name] = eager_check(policy, prompts[:8], gens)
+        for batch in args.batches:
+            base = None
+            for name, backend in paths.items():
+                backend.generate(prompts[:batch][:8], Sampling(max_new_tokens=8, ignore_eos=True))  # warm
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = backend.generate(prompts[:batch], timed)
+                torch.cuda.synchronize()
+                secs = time.perf_counter() - t0
+                tok_s = sum(len(g.ids) for g in out) / secs
+                base = base or tok_s
+                err, agree = checks[name]
+                row = {"path": name, "batch": batch, "lora": lora, "tok_s": round(tok_s, 1),
+                       "x_plain": round(tok_s / base, 2), "max_logprob_err": round(err, 4),
+                       "greedy_eq_eager_argmax": round(agree, 4), "seconds": round(secs, 2)}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        if lora:
+            policy.unload()
+    return {"decode": rows, "engine_start_s": round(engine_start_s, 1), "model": args.model,
+            "new_tokens": args.new_tokens, "device": torch.cuda.get_device_name()}  # fmt: skip
+
+
+def engine(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoTokenizer
+
+    from fathom.models.loading import resolve_model_dir
+    from fathom.rollout import ChatFormat, RolloutConfig, Sampling, VLLMBackend
+    from fathom.rollout.wiring import build_engine, running, vllm_service
+    from fathom.tasks import generate_task
+
+    path = str(resolve_model_dir(args.model))
+    tok = AutoTokenizer.from_pretrained(path)
+    chat = ChatFormat(tok)
+    llm = VLLMBackend(path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16").llm
+    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
+    tasks = [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(args.tasks)]
+    out = {}
+    for sync in (True, False, True, False):  # each mode twice, interleaved
+        config = RolloutConfig(
+            max_turns=4,
+            max_total_tokens=2560,
+            sampling=Sampling(max_new_tokens=384, temperature=args.temperature, logprobs=True),
+            sub_sampling=Sampling(max_new_tokens=96, temperature=0.0),
+            context_tokens=8192,
+            sync_turns=sync,
+        )
+        service = vllm_service(llm)
+        eng = build_engine(service, chat, config, "policy")
+        t0 = time.perf_counter()
+        with running(service):
+            episodes = eng.run_sync(tasks)
+        wall = time.perf_counter() - t0
+        s = service.stats
+        key = "turn_sync" if sync else "continuous"
+        row = {"wall_s": round(wall, 2), "sampled_tokens": s.tokens, "tok_s": round(s.tokens / wall, 1),
+               "requests": s.requests, "peak_batch": s.peak_batch,
+               "subcalls": sum(len(e.subcalls) for e in episodes),
+               "turns": sum(len(e.turns) for e in episodes), "correct": sum(e.correct for e in episodes)}  # fmt: skip
+        print(key, json.dumps(row), flush=True)
+        out.setdefault(key, []).append(row)
+    best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
+    ratio = best["continuous"]["tok_s"] / best["turn_sync"]["tok_s"]
+    print(f"continuous / turn-synchronous sampled tok/s: {ratio:.2f}x")
+    return {"engine": out, "continuous_over_sync": round(ratio, 2), "tasks": args.tasks,
+            "device": torch.cuda.get_device_name()}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("decode", "engine"))
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--tasks", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = decode(args) if args.what == "decode" else engine(args)
+    result["command"] = "python bench/gpu_rollouts.py " + " ".join(sys.argv[1:])
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

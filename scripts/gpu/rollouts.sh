@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue #14's GPU figures, in stages that each fit one 10-minute call on the warm machine (after
+# stage_smollm2_part{1,2}.sh and stage_vllm.sh a/b/d; every figure beside its baseline, same run):
+#   scripts/gpu/rollouts.sh decode      plain generate vs vLLM, +-LoRA, batch 64/256/1024, numerics vs eager
+#   scripts/gpu/rollouts.sh engine      continuous batching vs turn-synchronous batches, same tasks
+#   scripts/gpu/rollouts.sh sft         a small SFT warm start (expert transcripts) for the GRPO steps
+#   scripts/gpu/rollouts.sh grpo64      GRPO after SFT through TRL's colocated vLLM: 64 rollouts a step
+#   scripts/gpu/rollouts.sh grpo256     the same at 256 rollouts a step
+# Results go to $OUT (JSON and logs); bench/results/gpu_rollouts.json is assembled from them here.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+D=${ROLLOUT_DIR:-/root/rollouts}
+O=${OUT:-/tmp/out}
+M=${MODEL:-smollm2-135m}
+mkdir -p "$D" "$O"
+fathom() { echo "+ fathom $*"; python3 -m fathom "$@"; }
+step_summary() { # RUN LABEL: per-step timing rows from metrics.jsonl (the first step includes engine warm-up)
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+run, label = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"time/step_s"' in l]
+keys = ("time/step_s", "time/generate_s", "time/env_s", "time/optimise_s", "throughput/generate_tokens_per_s",
+        "throughput/sampled_tokens_per_s", "accuracy", "reward/env")
+out = [{k: r.get(k) for k in ("step", *keys)} for r in rows]
+for r in out:
+    print(label, json.dumps(r))
+json.dump(out, open(f"{run}/steps.json", "w"), indent=1)
+PY
+}
+grpo() { # NAME PER_DEVICE GA: GRPO after SFT, LoRA, vLLM colocated, 4 turns x 384 tokens, sub-calls by the policy
+  rm -rf "$D/$1"
+  fathom grpo --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/$1" --run.device=cuda --model.name="$M" \
+    --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
+    --data.eval_tasks="$D/data/eval.jsonl" --grpo.max_steps="${GRPO_STEPS:-4}" \
+    --grpo.per_device_train_batch_size="$2" --grpo.gradient_accumulation_steps="$3" --grpo.warmup_steps=0 \
+    --grpo.learning_rate=1e-4 --eval.every=0 --checkpoint.save_every=1000 --logging.progress=false \
+    --rollout.generation_mode=vllm --rollout.max_turns=4 --rollout.max_new_tokens=384 \
+    --rollout.max_total_tokens=2560 --rollout.sub_lm=policy --model.dtype=bfloat16 --curriculum.min_dwell_steps=1000 \
+    2>&1 | tee "$O/$1.log"
+  step_summary "$D/$1" "$1" | tee "$O/$1_steps.txt"
+  cp "$D/$1/steps.json" "$O/$1_steps.json"
+}
+for stage in "$@"; do
+  start=$(date +%s)
+  case $stage in
+    decode) python3 bench/gpu_rollouts.py decode --model "$M" --out "$O/decode.json" 2>&1 | tee "$O/decode.log" ;;
+    engine) python3 bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out "$O/engine.json" 2>&1 | tee "$O/engine.log" ;;
+    sft)
+      fathom data build --out "$D/data" --seed 8 --train 256 --eval 16 --heldout 16 --train-lengths 8K 16K 32K \
+        --eval-lengths 8K --heldout-lengths 8K --no-progress
+      fathom sft --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/sft" --run.device=cuda --model.name="$M" \
+        --model.lora=false --data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" \
+        --sft.epochs=1 --sft.learning_rate=1e-4 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
+        2>&1 | tail -20 | tee "$O/sft.log" ;;
+    grpo64) grpo grpo64 16 4 ;;
+    grpo256) grpo grpo256 32 8 ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+  echo "== stage $stage done in $(($(date +%s) - start)) s"
+done
