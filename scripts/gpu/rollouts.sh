@@ -51,10 +51,11 @@ for stage in "$@"; do
         --eval-lengths 8K --heldout-lengths 8K --no-progress
       fathom sft --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/sft" --run.device=cuda --model.name="$M" \
         --model.lora=false --data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" \
-        --sft.epochs=1 --sft.learning_rate=1e-4 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
+        --sft.epochs=1 --sft.learning_rate=1e-4 --eval.tier=0 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
         2>&1 | tail -20 | tee "$O/sft.log" ;;
     grpo64) grpo grpo64 16 4 ;;
-    grpo256) grpo grpo256 32 8 ;;
+    grpo256) grpo grpo256 16 16 ;;
+    grpo64-onebatch) grpo grpo64-onebatch 64 1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
   echo "== stage $stage done in $(($(date +%s) - start)) s"

@@ -229,13 +229,13 @@ class RolloutEngine:
         return self.reader
 
     def sub_prompt_ids(self, request: SubLMRequest) -> list[int]:
-        """The sub-LM's prompt for one `llm()` call: the chunk cut to the sub-call's input budget."""
-        tok = self.chat.tokenizer
-        chunk = tok.encode(request.chunk, add_special_tokens=False)
-        room = (
-            self.config.sub_max_input_tokens - len(tok.encode(request.prompt, add_special_tokens=False)) - 64
-        )
-        cut = SubLMRequest(request.prompt, tok.decode(chunk[: max(0, room)]))
+        """The sub-LM's prompt for one `llm()` call, inside the sub-call's input budget: the chunk is cut
+        first, then the prompt itself (a model that passes the document as the prompt gets it cut, not a
+        crash)."""
+        tok, budget = self.chat.tokenizer, self.config.sub_max_input_tokens - 64
+        prompt = tok.encode(request.prompt, add_special_tokens=False)[: max(0, budget)]
+        chunk = tok.encode(request.chunk, add_special_tokens=False)[: max(0, budget - len(prompt))]
+        cut = SubLMRequest(tok.decode(prompt), tok.decode(chunk))
         return self.chat.prompt_ids(SUB_SYSTEM, render_request(cut))
 
     def fit(self, sampling: Sampling, prompt_len: int) -> Sampling:
