@@ -7,10 +7,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fathom.env import EnvConfig, RLMEnvironment
-from fathom.env.expert import expert_reader
 from fathom.models import tiny_model_dir
+from fathom.policies.readers import expert_reader
+from fathom.policies.scripted import ScriptedBackend, expert_backend
 from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, RolloutConfig, RolloutEngine, Sampling
-from fathom.rollout.policies import ScriptedBackend, expert_backend
 from fathom.sandbox import SandboxConfig
 from fathom.tasks import FAMILIES, generate_task
 
@@ -164,7 +164,7 @@ def test_expert_backend_reads_its_turn_from_the_environment_footer(tiny):
     """Not from chat-template markers (their decoding differs across transformers releases: on 5.17 a
     marker count skipped the oolong expert's second turn); a footer-like line inside a document is
     overridden by the real footer that ends the last observation."""
-    from fathom.env.expert import expert_turn
+    from fathom.policies.expert import expert_turn
 
     _, tok = tiny
     chat = ChatFormat(tok)

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fathom.env import EnvConfig, RLMEnvironment, SubLM, SubLMReply, SubLMRequest
-from fathom.env.expert import EXPERTS, expert_reader
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
+from fathom.policies.expert import EXPERTS
+from fathom.policies.readers import expert_reader
+from fathom.policies.scripted import expert_backend
 from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, Rollout, RolloutConfig, RolloutEngine, Sampling
 from fathom.rollout.direct import run_direct
-from fathom.rollout.policies import expert_backend
 from fathom.tasks import Task
 
 # The context window each offline model is evaluated with. The tiny random models have 32K positions, but

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fathom.env import EnvConfig, OpenAISubLM, RLMEnvironment
-from fathom.env.expert import expert_reader
+from fathom.policies.readers import expert_reader
 from fathom.reward.compose import COMPONENTS
 from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, Rollout, RolloutConfig, RolloutEngine, Sampling
 from fathom.sandbox import SandboxConfig

@@ -49,10 +49,10 @@ def sft_tasks(config: TrainConfig) -> list[Any]:
 def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -> list[dict[str, Any]]:
     """Play `tasks` with the expert or the teacher; one record per episode, correct or not."""
     from fathom.env import EnvConfig, OpenAISubLM, RLMEnvironment
-    from fathom.env.expert import expert_reader
+    from fathom.policies.endpoint import TeacherBackend
+    from fathom.policies.readers import expert_reader
+    from fathom.policies.scripted import expert_backend
     from fathom.rollout import ChatFormat, RolloutConfig, RolloutEngine, Sampling
-    from fathom.rollout.policies import expert_backend
-    from fathom.train.teacher import TeacherBackend
 
     s, r = config.sft, config.rollout
     chat = ChatFormat(tokenizer, chat=config.model.chat)

@@ -102,11 +102,11 @@ class Smoke:
 
     def expert(self) -> str:
         from fathom.env import EnvConfig, RLMEnvironment
-        from fathom.env.expert import expert_reader
         from fathom.models import load_tokenizer
         from fathom.models.loading import ModelSpec
+        from fathom.policies.readers import expert_reader
+        from fathom.policies.scripted import expert_backend
         from fathom.rollout import ChatFormat, RolloutEngine
-        from fathom.rollout.policies import expert_backend
         from fathom.tasks import generate_task
 
         c = self.config
