@@ -2,6 +2,8 @@
 
 - `ExpertPolicy`: the scripted expert through the rollout engine (`expert_backend`), its `llm()` calls read
   by `expert_reader`; the upper bound, and a check of the scaffold itself.
+- `TeacherPolicy`: the teacher (`fathom.policies.teacher`: it knows only the conversation) through the same
+  engine, its `llm()` calls read by `teacher_reader`; each row also says whether its code was grounded.
 - `DirectPolicy`: a model answering from its context window alone (`fathom.rollout.direct`).
 - `RLMPolicy`: a model in the REPL scaffold (`RolloutEngine`), answering its own `llm()` calls through
   `EngineSubLM`. Its whole conversation — first prompt, turns and REPL replies — must fit the same context
@@ -38,8 +40,10 @@ from fathom.env import EnvConfig, RLMEnvironment, SubLM, SubLMReply, SubLMReques
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.policies.expert import EXPERTS
-from fathom.policies.readers import expert_reader
+from fathom.policies.grounding import check_trace
+from fathom.policies.readers import expert_reader, teacher_reader
 from fathom.policies.scripted import expert_backend
+from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, Rollout, RolloutConfig, RolloutEngine, Sampling
 from fathom.rollout.direct import run_direct
 from fathom.tasks import Task
@@ -218,6 +222,32 @@ class ExpertPolicy:
             expert_reader(),
         )
         return runner.run(tasks)
+
+
+class TeacherPolicy:
+    """The teacher in the scaffold: any task (it needs no family); `tokenizer_name` only makes ids."""
+
+    def __init__(self, tokenizer_name: str = "tiny-smol", max_turns: int = 12, seed: int = 0) -> None:
+        self.label, self.tokenizer_name = "teacher", tokenizer_name
+        self.max_turns, self.seed = max_turns, seed
+        self.chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": "teacher", "label": self.label, "model": None, "max_turns": self.max_turns}
+
+    def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+        config = RolloutConfig(max_turns=self.max_turns, max_total_tokens=1 << 20)
+        runner = _EngineRunner(
+            teacher_backend(self.chat, self.seed),
+            self.chat,
+            config,
+            EnvConfig(max_iterations=self.max_turns),
+            teacher_reader(),
+        )
+        rows = runner.run(tasks)
+        for row in rows:
+            row["grounded"] = check_trace(row["trace"]).ok
+        return rows
 
 
 class DirectPolicy:

@@ -4,7 +4,8 @@
   task layer's own `records.label_of` / `babi.solve`; any other prompt gets "".
 - `keyword_reader(prompt, chunk)`: the chunk's lines that share the most words with the prompt (smoke runs,
   the demo's free-form questions, `fathom serve --sub-lm scripted`).
-- `teacher_reader()`: the reader behind the teacher (`fathom.policies.teacher`); see `fathom.policies.reading`.
+- `teacher_reader()`: the reader behind the teacher (`fathom.policies.teacher`): it labels lines and answers
+  a question about a chunk with the task layer's solvers run on that chunk alone.
 
 A reader is the task layer answering a focused question about one chunk; it is not a policy's knowledge.
 This module does not run episodes.
@@ -44,3 +45,41 @@ def keyword_reader(prompt: str, chunk: str, max_lines: int = 3) -> str:
             scored.append((-hits, i, line.strip()))
     best = sorted(sorted(scored)[:max_lines], key=lambda t: t[1])
     return "\n".join(line for _, _, line in best) or "(nothing relevant found)"
+
+
+def _format(answer: object) -> str:
+    if isinstance(answer, list):
+        return ", ".join(str(a) for a in answer)
+    return str(answer)
+
+
+def _teacher_read(prompt: str, chunk: str) -> str:
+    from fathom.policies.moves import CLASSIFY_WORDS, READ_MARK
+    from fathom.tasks import FAMILIES
+
+    lower = prompt.lower()
+    if "categor" in lower and CLASSIFY_WORDS in lower:
+        out = []
+        for line in chunk.splitlines():
+            if line.strip():
+                try:
+                    out.append(records.label_of(line.strip()))
+                except ValueError:  # not a record instance: a reader cannot name its category either
+                    out.append("unknown")
+        return "\n".join(out)
+    if READ_MARK not in prompt:
+        return "not found in this text"
+    question = prompt.rpartition(READ_MARK)[2].strip()
+    for family in FAMILIES.values():
+        try:
+            return _format(family.solve(question, chunk))
+        except (ValueError, LookupError):  # not this family's question, or the chunk does not answer it
+            continue
+    return "not found in this text"
+
+
+def teacher_reader() -> ScriptedSubLM:
+    """The reader behind the teacher: it labels lines (`records.label_of`) and answers a question about a
+    chunk with the task layer's reference solvers run on that chunk alone (``not found in this text`` when
+    the chunk does not hold the answer). It reads only what it is given."""
+    return ScriptedSubLM(_teacher_read)
