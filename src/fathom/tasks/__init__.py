@@ -30,6 +30,12 @@ FAMILIES: dict[str, Family] = {
     m.FAMILY.name: m.FAMILY for m in (niah, multikey, vartrack, oolong, pairs, babi, keychain)
 }
 
+# ---- structured-document families (branch families-a): logs, tables, JSON lines, source, configs ----
+from fathom.tasks import logs, logs_next  # noqa: E402 (the registry reads better in one block)
+
+FAMILIES.update({m.FAMILY.name: m.FAMILY for m in (logs, logs_next)})
+# ---- end of structured-document families ----
+
 
 def generate_task(
     family: str,
