@@ -25,7 +25,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from fathom.tasks.family import InvalidTaskError, find_one, template_regex
+from fathom.tasks.family import InvalidTaskError, find_one
 from fathom.tasks.haystack import Corpora
 
 # Characters per Qwen2.5 token of each family's documents (mean over seeds and format variants).
@@ -56,7 +56,7 @@ class Phrasings:
         if len(templates) < 5:
             raise ValueError("a family needs at least 5 phrasings of its question")
         self.templates = tuple(templates)
-        self.patterns = tuple(template_regex(t, slots) for t in self.templates)
+        self.patterns = tuple(_template_regex(t, slots) for t in self.templates)
 
     def write(self, rng: random.Random, **slots: Any) -> str:
         return rng.choice(self.templates).format(**slots)
@@ -70,6 +70,22 @@ class Phrasings:
         if slots is None:
             raise InvalidTaskError(f"question fits no phrasing: {question!r}")
         return slots
+
+
+def _template_regex(template: str, slots: Mapping[str, str]) -> re.Pattern[str]:
+    """`family.template_regex`, where a slot may appear twice (later uses must repeat the first)."""
+    parts = re.split(r"\{(\w+)\}", template)
+    seen: set[str] = set()
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(re.escape(part))
+        elif part in seen:
+            out.append(f"(?P={part})")
+        else:
+            seen.add(part)
+            out.append(f"(?P<{part}>{slots[part]})")
+    return re.compile("".join(out))
 
 
 def parse_kind(kinds: Mapping[str, Phrasings], question: str) -> tuple[str, dict[str, str]]:
