@@ -31,9 +31,11 @@ FAMILIES: dict[str, Family] = {
 }
 
 # ---- structured-document families (branch families-a): logs, tables, JSON lines, source, configs ----
-from fathom.tasks import logs, logs_next, table_compare, tables  # noqa: E402 (the registry reads better in one block)
+from fathom.tasks import jsonl, jsonl_join, logs, logs_next, table_compare, tables  # noqa: E402 (the registry reads better in one block)
 
-FAMILIES.update({m.FAMILY.name: m.FAMILY for m in (logs, logs_next, tables, table_compare)})
+FAMILIES.update(
+    {m.FAMILY.name: m.FAMILY for m in (logs, logs_next, tables, table_compare, jsonl, jsonl_join)}
+)
 # ---- end of structured-document families ----
 
 
