@@ -31,11 +31,26 @@ FAMILIES: dict[str, Family] = {
 }
 
 # ---- structured-document families (branch families-a): logs, tables, JSON lines, source, configs ----
-from fathom.tasks import jsonl, jsonl_join, logs, logs_next, table_compare, tables  # noqa: E402 (the registry reads better in one block)
-
-FAMILIES.update(
-    {m.FAMILY.name: m.FAMILY for m in (logs, logs_next, tables, table_compare, jsonl, jsonl_join)}
+from fathom.tasks import (  # noqa: E402 (the registry reads better in one block)
+    configs,
+    jsonl,
+    jsonl_join,
+    logs,
+    logs_next,
+    table_compare,
+    tables,
 )
+
+STRUCTURED_FAMILIES: tuple[Family, ...] = (
+    logs.FAMILY,
+    logs_next.FAMILY,
+    tables.FAMILY,
+    table_compare.FAMILY,
+    jsonl.FAMILY,
+    jsonl_join.FAMILY,
+    *configs.FAMILIES,
+)
+FAMILIES.update({f.name: f for f in STRUCTURED_FAMILIES})
 # ---- end of structured-document families ----
 
 
