@@ -30,6 +30,13 @@ FAMILIES: dict[str, Family] = {
     m.FAMILY.name: m.FAMILY for m in (niah, multikey, vartrack, oolong, pairs, babi, keychain)
 }
 
+# --- families-b: prose-shaped documents (chat, e-mail, glossary, manual, bundle, changelog) ---
+from fathom.tasks import chat  # noqa: E402 (kept in one block so the family branches merge cleanly)
+
+FAMILIES_B: tuple[Family, ...] = (*chat.FAMILIES,)
+FAMILIES.update({f.name: f for f in FAMILIES_B})
+# --- end families-b ---
+
 
 def generate_task(
     family: str,
