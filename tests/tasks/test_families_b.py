@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from fathom.reward.metrics import score
-from fathom.tasks import FAMILIES, FAMILIES_B, InvalidTaskError, chat, generate_task, validate_task
+from fathom.tasks import FAMILIES, FAMILIES_B, InvalidTaskError, chat, generate_task, mail, validate_task
 from fathom.tasks.haystack import estimate_tokens
 from fathom.tasks.prose import FLAT_CHARS_PER_TOKEN, Phrasings, parse_kind
 
@@ -16,6 +16,8 @@ NAMES = [f.name for f in FAMILIES_B]
 PHRASINGS: dict[str, dict[str, Phrasings]] = {
     "chat_prev": chat.PREV_QUESTIONS,
     "chat_count": chat.COUNT_QUESTIONS,
+    "email_manager": mail.MANAGER_QUESTIONS,
+    "email_repliers": mail.REPLIER_QUESTIONS,
 }
 K8 = 8192
 
@@ -108,3 +110,24 @@ def test_one_million_tokens(family, corpora):
     task = generate_task(family, 1, 1 << 20, "hard", corpora)
     validate_task(task)
     assert 0.6 < estimate_tokens(task.document) / (1 << 20) < 1.4
+
+
+def test_email_manager_needs_the_directory(corpora):
+    """The gold is the directory's manager of the thread's sender, who is never the sender."""
+    for seed in range(6):
+        task = generate_task("email_manager", seed, K8, "medium", corpora)
+        kind, slots = parse_kind(mail.MANAGER_QUESTIONS, task.question)
+        staff = mail.parse_directory(task.document)
+        starter, replies = mail._thread_messages(mail.parse_messages(task.document), slots["subject"])
+        who = starter if kind == "starter" else replies[0]
+        assert staff[who][1] == task.answer != staff[who][0]
+
+
+def test_email_repliers_exclude_twin_threads(corpora):
+    twins = 0
+    for seed in range(12):
+        task = generate_task("email_repliers", seed, K8, "hard", corpora)
+        _, slots = parse_kind(mail.REPLIER_QUESTIONS, task.question)
+        twins += f"{slots['subject']} (follow-up)" in task.document
+        assert task.answer == sorted(set(task.answer)) and task.answer
+    assert twins >= 1

@@ -34,6 +34,8 @@ PROSE_SOURCES = ("shakespeare", "kjv", "pydoc", "fortunes")
 # (20 windows of 20K characters each, measured with the real tokenizer as bench/tasks.py does).
 FLAT_CHARS_PER_TOKEN = MappingProxyType({"shakespeare": 3.75, "kjv": 3.77, "pydoc": 4.17, "fortunes": 4.22})
 STRUCT_CHARS_PER_TOKEN = 2.1
+# Headers made of words and addresses (e-mail headers, directories) tokenize like prose.
+WORDY_CHARS_PER_TOKEN = 2.7
 _DIGITS = "0123456789"
 
 SURNAMES: tuple[str, ...] = tuple(
@@ -115,9 +117,10 @@ class Budget:
         self.tokens += len(text) / FLAT_CHARS_PER_TOKEN[self.source]
         return text
 
-    def struct(self, text: str) -> str:
+    def struct(self, text: str, rate: float = STRUCT_CHARS_PER_TOKEN) -> str:
+        """Structure text; `rate` is chars per token of its non-digits (words tokenize better than rules)."""
         digits = sum(map(text.count, _DIGITS))
-        self.tokens += digits + (len(text) - digits) / STRUCT_CHARS_PER_TOKEN
+        self.tokens += digits + (len(text) - digits) / rate
         return text
 
     def line(self, struct: str, prose: str) -> str:
