@@ -139,6 +139,19 @@ def _func_name(node: ast.AST) -> str:
     return ""
 
 
+def _text_parts(node: ast.AST) -> Iterator[int]:
+    """Ids of the string constants that make up a text expression itself: a literal, the literal parts of
+    an f-string, either side of a concatenation; not the constants of calls inside it (print(re.findall(
+    "pattern", ctx)) still searches for "pattern")."""
+    if isinstance(node, ast.Constant):
+        yield id(node)
+    elif isinstance(node, ast.JoinedStr):
+        yield from (id(v) for v in node.values if isinstance(v, ast.Constant))
+    elif isinstance(node, ast.BinOp):
+        yield from _text_parts(node.left)
+        yield from _text_parts(node.right)
+
+
 def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
     """(literal, used as a regex) for every string constant outside prose positions."""
     prose: set[int] = set()
@@ -161,7 +174,7 @@ def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
         elif name == "join" and isinstance(node.func, ast.Attribute):
             targets = [node.func.value]  # the separator
         for target in targets:
-            prose.update(id(sub) for sub in ast.walk(target))
+            prose.update(_text_parts(target))
         if targets:
             continue
         func = node.func

@@ -102,7 +102,7 @@ class Sight:
             if len(names) < 2 or not line.startswith(names[0] + ": "):
                 continue
             after_first = line.index(names[0] + ": ") + len(names[0]) + 2
-            second = line.index(" " + names[1] + ": ", after_first) if (" " + names[1] + ": ") in line else -1
+            second = line.find(" " + names[1] + ": ", after_first)
             if second < 0:
                 continue
             value = line[after_first:second]

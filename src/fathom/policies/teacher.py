@@ -126,10 +126,10 @@ def _story(q: Question, rng: random.Random) -> Play:
 
 
 def _keywords(q: Question, rng: random.Random) -> Play:
-    words = sorted({w.lower() for w in q.words if len(w) >= 5})[:8]
+    words = list(dict.fromkeys(w for w in q.words if len(w) >= 5))[:8]
     need = 2 if len(words) >= 3 else 1
     code = f"""
-words = {words!r}
+words = [w.lower() for w in {words!r}]
 hits = [line for line in ctx.splitlines() if sum(w in line.lower() for w in words) >= {need}]
 print(len(hits), "lines share the question's words")
 for line in hits[:5]:
