@@ -1,7 +1,7 @@
 """Benchmark `fathom serve` on loopback against the environment called in-process, in the same run.
 
 For each concurrency level, N clients run full episodes back to back (reset by task id, the scripted
-expert policy of `fathom.env.expert` with its simulated reader as the sub-LM) over tasks of all seven
+expert policy of `fathom.policies.expert` with its simulated reader as the sub-LM) over tasks of all seven
 families, as fast as they can; each client keeps its connection (or in-process environment) across its
 episodes, as a trainer would. Three ways:
 
@@ -38,7 +38,8 @@ import httpx
 import psutil
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, RLMObservation
-from fathom.env.expert import expert_reader, expert_turn
+from fathom.policies.expert import expert_turn
+from fathom.policies.readers import expert_reader
 from fathom.sandbox import SandboxPool
 from fathom.server import AsyncFathomClient, FathomEnvClient
 from fathom.tasks import FAMILIES, Task, generate_task, write_tasks

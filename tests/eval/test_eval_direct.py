@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from fathom.policies.scripted import ScriptedBackend
 from fathom.rollout import Sampling
 from fathom.rollout.direct import (
     ANSWER_INSTRUCTION,
@@ -16,7 +17,6 @@ from fathom.rollout.direct import (
     parse_answer,
     run_direct,
 )
-from fathom.rollout.policies import ScriptedBackend
 from fathom.tasks import Task, load_tasks
 
 

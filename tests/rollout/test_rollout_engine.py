@@ -10,14 +10,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fathom.env import EnvConfig, RLMEnvironment, SubLMRequest
-from fathom.env.expert import expert_reader
 from fathom.models import tiny_model_dir
+from fathom.policies.expert import EXPERTS
+from fathom.policies.readers import expert_reader
+from fathom.policies.scripted import ScriptedBackend, expert_backend
 from fathom.rollout import ChatFormat, HFBackend, RolloutConfig, Sampling
 from fathom.rollout.episode import Episode
-from fathom.rollout.policies import ScriptedBackend, expert_backend
 from fathom.rollout.wiring import build_engine, hf_policy_service, hf_service
 from fathom.sandbox import SandboxConfig
-from fathom.tasks import FAMILIES, generate_task
+from fathom.tasks import generate_task
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_tiny_model_episodes_are_token_exact(tiny, tasks):
 def test_expert_solves_every_family_and_a_budget_stops_it(tiny):
     _, tok = tiny
     chat = ChatFormat(tok)
-    tasks = [generate_task(f, 3, 8192) for f in sorted(FAMILIES)]
+    tasks = [generate_task(f, 3, 8192) for f in sorted(EXPERTS)]
     config = RolloutConfig(max_turns=12, max_total_tokens=1 << 20)
     episodes = build_engine(hf_service(expert_backend(chat, tasks)), chat, config, expert_reader()).run_sync(
         tasks
@@ -260,7 +261,7 @@ def test_expert_backend_reads_its_turn_from_the_environment_footer(tiny):
     """Not from chat-template markers (their decoding differs across transformers releases: on 5.17 a
     marker count skipped the oolong expert's second turn); a footer-like line inside a document is
     overridden by the real footer that ends the last observation."""
-    from fathom.env.expert import expert_turn
+    from fathom.policies.expert import expert_turn
 
     _, tok = tiny
     chat = ChatFormat(tok)

@@ -17,7 +17,8 @@ from server_support import alive, descendants, niah_turns, normalise, running_se
 from websockets.sync.client import connect
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, ScriptedSubLM
-from fathom.env.expert import expert_reader, expert_turn
+from fathom.policies.expert import expert_turn
+from fathom.policies.readers import expert_reader, keyword_reader
 from fathom.server import (
     AsyncFathomClient,
     FathomClient,
@@ -26,7 +27,6 @@ from fathom.server import (
     ServerError,
     create_app,
 )
-from fathom.server.cli import keyword_reader
 from fathom.tasks import FAMILIES, generate_task
 
 LENGTH = 2048

@@ -20,8 +20,9 @@ from server_support import REPO, alive, descendants, running_server, server_proc
 
 from fathom.cli import build_parser
 from fathom.env import OpenAISubLM, ScriptedSubLM
+from fathom.policies.readers import keyword_reader
 from fathom.server import FathomClient, FathomEnvClient, ServerConfig, ServerError, create_app
-from fathom.server.cli import keyword_reader, load_sub_lm, read_token
+from fathom.server.cli import load_sub_lm, read_token
 from fathom.server.security import OPEN_PATHS
 from fathom.tasks import generate_task, load_tasks, write_tasks
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fathom.env.expert import expert_turn
 from fathom.env.parsing import code_blocks
 from fathom.env.prompts import system_prompt
 from fathom.models import ModelSpec, load_tokenizer
+from fathom.policies.expert import expert_turn
 from fathom.train.configfile import load_config
 from fathom.train.sft import collect_transcripts, run_sft, sft_tasks, to_example
 
@@ -160,8 +160,8 @@ def test_grpo_continues_the_sft_adapter(tmp_path):
 
 @pytest.mark.slow
 def test_longer_sft_makes_the_tiny_model_write_repl_code(tmp_path):
-    from fathom.env.expert import expert_reader
     from fathom.models import load_model
+    from fathom.policies.readers import expert_reader
     from fathom.rollout import ChatFormat, RolloutConfig, Sampling
     from fathom.rollout.wiring import build_engine, hf_policy_service
 

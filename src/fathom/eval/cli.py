@@ -1,6 +1,7 @@
 """`fathom eval`: run a policy on a task file and write eval.jsonl + summary.json (resumable).
 
     fathom eval --policy expert --tasks data/heldout.jsonl --out runs/x/eval/expert
+    fathom eval --policy teacher --tasks data/heldout_unseen.jsonl --out runs/x/eval/teacher-unseen
     fathom eval --policy direct --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/direct
     fathom eval --policy rlm --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/rlm-base
     fathom eval --policy rlm --model runs/x/checkpoints/final --label trained --context-tokens 2048 \\
@@ -21,16 +22,18 @@ from rich.table import Table
 
 from fathom.rollout.backends import MODES
 
-POLICIES = ("expert", "direct", "rlm")
+POLICIES = ("expert", "teacher", "direct", "rlm")
 
 
 def build_policy(args: argparse.Namespace) -> Any:
     """The policy the arguments ask for (imports torch and transformers)."""
-    from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy
+    from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy, TeacherPolicy
     from fathom.rollout import Sampling
 
     if args.policy == "expert":
         return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
+    if args.policy == "teacher":
+        return TeacherPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
     sampling = Sampling(max_new_tokens=args.max_new_tokens or default_new, temperature=args.temperature)
@@ -110,7 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         help="offline name (tiny-smol, tiny-qwen, smollm2-135m), hub id, model or LoRA adapter directory "
-        "(default tiny-smol; for expert, only its tokenizer is used)",
+        "(default tiny-smol; for expert and teacher, only its tokenizer is used)",
     )
     p.add_argument("--label", help="name in tables and plots (default policy:model)")
     p.add_argument(
@@ -120,7 +123,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "else the checkpoint's max_position_embeddings)",
     )
     p.add_argument("--max-new-tokens", type=int, help="per reply (default 128 direct, 256 per rlm turn)")
-    p.add_argument("--max-turns", type=int, help="rlm/expert turn cap (default 6 rlm, 12 expert)")
+    p.add_argument(
+        "--max-turns", type=int, help="rlm/expert/teacher turn cap (default 6 rlm, 12 expert and teacher)"
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--batch-size", type=int, default=8, help="tasks per batch, and per resume step")
     p.add_argument("--limit", type=int, help="only the first N tasks of the file")

@@ -2,6 +2,8 @@
 
 - `ExpertPolicy`: the scripted expert through the rollout engine (`expert_backend`), its `llm()` calls read
   by `expert_reader`; the upper bound, and a check of the scaffold itself.
+- `TeacherPolicy`: the teacher (`fathom.policies.teacher`: it knows only the conversation) through the same
+  engine, its `llm()` calls read by `teacher_reader`; each row also says whether its code was grounded.
 - `DirectPolicy`: a model answering from its context window alone (`fathom.rollout.direct`).
 - `RLMPolicy`: a model in the REPL scaffold (the rollout engine), answering its own `llm()` calls. Its whole
   conversation — first prompt, turns and REPL replies — must fit the same context window, and so must each
@@ -38,13 +40,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fathom.env import EnvConfig, SubLM
-from fathom.env.expert import EXPERTS, expert_reader
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.models.loading import resolve_model_dir
+from fathom.policies.expert import EXPERTS
+from fathom.policies.grounding import check_trace
+from fathom.policies.readers import expert_reader, teacher_reader
+from fathom.policies.scripted import expert_backend
+from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
-from fathom.rollout.policies import expert_backend
 from fathom.rollout.service import GenerationService
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.tasks import Task
@@ -231,6 +236,26 @@ class ExpertPolicy:
         config = RolloutConfig(max_turns=self.max_turns, max_total_tokens=1 << 20)
         service = hf_service(expert_backend(self.chat, tasks))
         return run_in_scaffold(service, self.chat, config, expert_reader(), tasks)
+
+
+class TeacherPolicy:
+    """The teacher in the scaffold: any task (it needs no family); `tokenizer_name` only makes ids."""
+
+    def __init__(self, tokenizer_name: str = "tiny-smol", max_turns: int = 12, seed: int = 0) -> None:
+        self.label, self.tokenizer_name = "teacher", tokenizer_name
+        self.max_turns, self.seed = max_turns, seed
+        self.chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": "teacher", "label": self.label, "model": None, "max_turns": self.max_turns}
+
+    def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+        config = RolloutConfig(max_turns=self.max_turns, max_total_tokens=1 << 20)
+        service = hf_service(teacher_backend(self.chat, self.seed))
+        rows = run_in_scaffold(service, self.chat, config, teacher_reader(), tasks)
+        for row in rows:
+            row["grounded"] = check_trace(row["trace"]).ok
+        return rows
 
 
 class DirectPolicy:

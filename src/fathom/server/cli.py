@@ -7,7 +7,7 @@ answers `llm()` inside the REPL:
 - ``none`` (default): no `llm()` in episodes;
 - ``scripted``: a deterministic keyword reader (the lines of the chunk sharing most words with the
   prompt), for tests and smoke runs without a model;
-- ``expert``: the simulated reader behind the expert policy (`fathom.env.expert.expert_reader`), so
+- ``expert``: the simulated reader behind the expert policy (`fathom.policies.readers.expert_reader`), so
   expert episodes of every family run over the server as they do in-process;
 - ``openai:URL:MODEL``: an OpenAI-compatible endpoint (vLLM, llama.cpp server); MODEL is what follows
   the last colon, and the API key, if any, comes from ``--sub-lm-key-file``;
@@ -17,7 +17,6 @@ answers `llm()` inside the REPL:
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,25 +26,12 @@ from fathom.server.demo_cli import add_demo_flags
 if TYPE_CHECKING:  # the environment (openenv, gradio) takes seconds to import: not for `fathom --help`
     from fathom.env import SubLM
 
-WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{2,}")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def keyword_reader(prompt: str, chunk: str, max_lines: int = 3) -> str:
-    """The chunk's lines that share the most words with the prompt, in document order."""
-    wanted = {w.lower() for w in WORD.findall(prompt)}
-    scored = []
-    for i, line in enumerate(chunk.splitlines()):
-        hits = len(wanted & {w.lower() for w in WORD.findall(line)})
-        if hits:
-            scored.append((-hits, i, line.strip()))
-    best = sorted(sorted(scored)[:max_lines], key=lambda t: t[1])
-    return "\n".join(line for _, _, line in best) or "(nothing relevant found)"
 
 
 def load_sub_lm(spec: str, key_file: Path | None = None) -> SubLM | None:
     from fathom.env import HFSubLM, OpenAISubLM, ScriptedSubLM
-    from fathom.env.expert import expert_reader
+    from fathom.policies.readers import expert_reader, keyword_reader
 
     if spec == "none":
         return None

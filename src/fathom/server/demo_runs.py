@@ -8,9 +8,9 @@ otherwise the question is free-form and needs a gold answer.
 
 Policies:
 
-- ``expert``: the scripted expert (`fathom.env.expert.expert_turn`), its `llm()` calls read by
-  `expert_reader`. On a free-form question it greps the question's words, then asks `llm()` about every
-  chunk, read by the keyword reader (`fathom.server.cli.keyword_reader`): a scaffold demo, not a solver.
+- ``expert``: `fathom.policies.freeform.demo_expert`: the scripted expert, its `llm()` calls read by
+  `expert_reader`; on a free-form question it greps the question's words, then asks `llm()` about every
+  chunk, read by the keyword reader: a scaffold demo, not a solver.
 - ``model``: the model the server was started with (`--demo-model`), on CPU through `HFBackend`; its own
   `llm()` calls go to the same model, as in training.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -32,13 +31,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fathom.env import EnvConfig, RLMEnvironment, ScriptedSubLM, SubLM
-from fathom.env.expert import CHUNK_CHARS, EXPERTS, expert_reader, expert_turn
+from fathom.env import EnvConfig, RLMEnvironment, SubLM
+from fathom.policies.freeform import demo_expert
 from fathom.rollout import ChatFormat, HFBackend, RolloutConfig, Sampling
 from fathom.rollout.episode import Episode, Turn, turn_json
-from fathom.rollout.policies import ScriptedBackend
 from fathom.rollout.wiring import build_engine, hf_service
-from fathom.server.cli import keyword_reader
 from fathom.server.served import InvalidTask
 from fathom.tasks import FAMILIES, Task, estimate_tokens, generate_task
 from fathom.tasks.schema import answer_problem
@@ -184,38 +181,6 @@ def task_card(task: Task) -> dict[str, Any]:
     }
 
 
-def free_form_turn(task: Task, turn: int) -> str:
-    """The expert on a question no family knows: grep the question's words, then let llm() read chunks."""
-    if turn == 0:
-        code = f"""
-import re
-question = {task.question!r}
-words = {{w.lower() for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9_-]{{3,}}", question)}}
-lines = [line for line in ctx.splitlines() if words & set(re.findall(r"[a-z0-9_-]+", line.lower()))]
-print(len(ctx), "chars;", len(lines), "lines share a word with the question")
-print(lines[:5])
-"""
-        return f"No task format fits this question: I look for lines that share its words.\n```repl{code}```"
-    code = f"""
-chunks = [ctx[i:i + {CHUNK_CHARS}] for i in range(0, len(ctx), {CHUNK_CHARS})]
-replies = llm_batch([(question, chunk) for chunk in chunks])
-found = [r for r in replies if r.strip() and r != "(nothing relevant found)"]
-print(len(chunks), "chunks read;", len(found), "with an answer")
-FINAL(found[0] if found else "not found")
-"""
-    return f"Let llm() read the document chunk by chunk and take the first answer.\n```repl{code}```"
-
-
-def expert_policy(chat: ChatFormat, task: Task) -> tuple[ScriptedBackend, SubLM]:
-    """The expert as a backend for one episode, and the reader for its llm() calls."""
-    script = expert_turn if task.family in EXPERTS else free_form_turn
-    # One episode per engine run: each generate call is the next turn, so a counter numbers them.
-    turns = itertools.count()
-    backend = ScriptedBackend(chat, lambda _conversation: script(task, next(turns)))
-    reader = expert_reader() if task.family in EXPERTS else ScriptedSubLM(keyword_reader)
-    return backend, reader
-
-
 async def stream_episode(
     request: RunRequest,
     task: Task,
@@ -229,7 +194,7 @@ async def stream_episode(
     `chat_for_expert` is awaited for the expert's `ChatFormat` (loaded once, by the caller)."""
     yield "task", task_card(task)
     if request.policy == "expert":
-        backend, reader = expert_policy(await chat_for_expert(), task)
+        backend, reader = demo_expert(await chat_for_expert(), task)
         chat, service = backend.chat, hf_service(backend)
         config = RolloutConfig(max_turns=request.max_turns, max_total_tokens=EXPERT_TOTAL_TOKENS)
     else:

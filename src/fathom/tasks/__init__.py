@@ -30,6 +30,36 @@ FAMILIES: dict[str, Family] = {
     m.FAMILY.name: m.FAMILY for m in (niah, multikey, vartrack, oolong, pairs, babi, keychain)
 }
 
+# ---- structured-document families (branch families-a): logs, tables, JSON lines, source, configs ----
+from fathom.tasks import (  # noqa: E402 (the registry reads better in one block)
+    configs,
+    jsonl,
+    jsonl_join,
+    logs,
+    logs_next,
+    table_compare,
+    tables,
+)
+
+STRUCTURED_FAMILIES: tuple[Family, ...] = (
+    logs.FAMILY,
+    logs_next.FAMILY,
+    tables.FAMILY,
+    table_compare.FAMILY,
+    jsonl.FAMILY,
+    jsonl_join.FAMILY,
+    *configs.FAMILIES,
+)
+FAMILIES.update({f.name: f for f in STRUCTURED_FAMILIES})
+# ---- end of structured-document families ----
+
+# --- families-b: prose-shaped documents (chat, e-mail, glossary, manual, bundle, changelog) ---
+from fathom.tasks import chat, mail  # noqa: E402 (kept in one block so the family branches merge cleanly)
+
+FAMILIES_B: tuple[Family, ...] = (*chat.FAMILIES, *mail.FAMILIES)
+FAMILIES.update({f.name: f for f in FAMILIES_B})
+# --- end families-b ---
+
 
 def generate_task(
     family: str,

@@ -281,7 +281,9 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class SFTConfig:
-    source: str = "expert"  # expert (scripted, token-exact) | openai (a teacher endpoint) | file
+    # teacher (scripted, knows only the conversation; ungrounded transcripts dropped) | expert (scripted, knows
+    # the task formats) | openai (a teacher endpoint) | file
+    source: str = "teacher"
     transcripts: str = ""  # source = file: a transcripts.jsonl written by an earlier `fathom sft`
     teacher_url: str = ""
     teacher_model: str = ""
@@ -297,9 +299,14 @@ class SFTConfig:
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     max_length: int = 8192
+    # Reader-role rows (an llm() prompt with its chunk -> the scripted reader's answer) mixed in: this many
+    # per trained transcript (0 = none). Only the scripted sources (teacher, expert) record reader calls.
+    reader_ratio: float = 0.5
 
     def __post_init__(self) -> None:
-        _one_of("sft", "source", self.source, ("expert", "openai", "file"))
+        _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
+        if self.reader_ratio < 0:
+            raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
         if self.source == "openai" and not (self.teacher_url and self.teacher_model):
             raise ConfigError("sft.source = 'openai' needs sft.teacher_url and sft.teacher_model")
         if self.source == "file" and not self.transcripts:

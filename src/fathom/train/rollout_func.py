@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fathom.env import OpenAISubLM
-from fathom.env.expert import expert_reader
+from fathom.policies.readers import expert_reader
 from fathom.reward.compose import COMPONENTS
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling
 from fathom.rollout.service import GenerationService, ServiceStats

@@ -5,9 +5,13 @@
 1. Transcripts: ``sft.num_tasks`` tasks of curriculum tier ``sft.tier`` played through the real environment
    by the rollout engine, so each transcript is token-exact for the student: ``prompt_ids``,
    ``completion_ids`` (policy turns and REPL outputs in order) and ``env_mask``. The policy is the scripted
-   expert (``source = "expert"``, its ``llm()`` calls read by the simulated reader) or any teacher behind an
-   OpenAI-compatible endpoint (``"openai"``; it also answers the ``llm()`` calls), or a transcripts file
-   written earlier (``"file"``). All are saved to ``RUN/transcripts.jsonl``; only correct ones are trained on.
+   teacher (``source = "teacher"``, the default: it knows only the conversation; transcripts whose code
+   searches for something not yet seen fail `fathom.policies.grounding` and are dropped, and counted), the
+   scripted expert (``"expert"``, it knows the formats), any teacher behind an OpenAI-compatible endpoint
+   (``"openai"``; it also answers the ``llm()`` calls), or a transcripts file written earlier (``"file"``).
+   All are saved to ``RUN/transcripts.jsonl``; only correct (and grounded) ones are trained on. The
+   scripted sources' reader calls go to ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per
+   trained transcript become reader-role rows (`fathom.train.reader_sft`).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. The assistant-token loss on (the first 64 of) the training transcripts before and after, in
@@ -45,20 +49,30 @@ def sft_tasks(config: TrainConfig) -> list[Any]:
     return [source.generate(tier, i, "sft") for i in range(config.sft.num_tasks)]
 
 
-def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -> list[dict[str, Any]]:
-    """Play `tasks` with the expert or the teacher; one record per episode, correct or not."""
+def collect_transcripts(
+    config: TrainConfig, tokenizer: Any, tasks: list[Any], reader_calls: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Play `tasks` with the teacher, the expert or an endpoint; one record per episode, correct or not.
+    Teacher records carry their grounding check; `reader_calls` (if given) receives every scripted
+    reader call (prompt, chunk, reply)."""
     from fathom.env import OpenAISubLM
-    from fathom.env.expert import expert_reader
+    from fathom.policies.endpoint import TeacherBackend
+    from fathom.policies.grounding import check_trace
+    from fathom.policies.readers import expert_reader, teacher_reader
+    from fathom.policies.scripted import expert_backend
+    from fathom.policies.teacher import teacher_backend
     from fathom.rollout import ChatFormat, RolloutConfig, Sampling
-    from fathom.rollout.policies import expert_backend
     from fathom.rollout.wiring import build_engine, hf_service
-    from fathom.train.teacher import TeacherBackend
+    from fathom.train.reader_sft import RecordingSubLM
 
     s, r = config.sft, config.rollout
     chat = ChatFormat(tokenizer, chat=config.model.chat)
-    if s.source == "expert":
-        backend: Any = expert_backend(chat, tasks)
-        reader: Any = expert_reader()
+    if s.source in ("expert", "teacher"):
+        if s.source == "expert":
+            backend: Any = expert_backend(chat, tasks)
+        else:
+            backend = teacher_backend(chat, s.seed)
+        reader: Any = RecordingSubLM(expert_reader() if s.source == "expert" else teacher_reader())
     else:
         backend = TeacherBackend(
             chat,
@@ -93,6 +107,10 @@ def collect_transcripts(config: TrainConfig, tokenizer: Any, tasks: list[Any]) -
                     "env_mask": episode.env_mask,
                 }
             )
+            if s.source == "teacher":
+                records[-1]["grounding"] = check_trace(episode.to_json()).to_dict()
+    if reader_calls is not None and isinstance(reader, RecordingSubLM):
+        reader_calls.extend(reader.calls)
     return records
 
 
@@ -102,6 +120,24 @@ def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
     if len(completion) != len(mask):
         raise ValueError(f"transcript {record['task_id']}: completion and env_mask lengths differ")
     return {"input_ids": prompt + completion, "assistant_masks": [0] * len(prompt) + list(mask)}
+
+
+def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> list[dict[str, list[int]]]:
+    """``sft.reader_ratio`` reader-role rows per trained transcript, from ``RUN/reader_calls.jsonl``."""
+    from fathom.models import load_tokenizer
+    from fathom.models.loading import ModelSpec
+    from fathom.rollout import ChatFormat
+    from fathom.train.reader_sft import reader_examples
+
+    path = run_dir / "reader_calls.jsonl"
+    want = round(config.sft.reader_ratio * n_transcripts)
+    if want == 0 or not path.exists():
+        return []
+    chat = ChatFormat(
+        load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat)), config.model.chat
+    )
+    rows = reader_examples(chat, read_jsonl(path), config.rollout.sub_max_input_tokens, want, config.sft.seed)
+    return [r for r in rows if len(r["input_ids"]) <= config.sft.max_length]
 
 
 def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
@@ -143,19 +179,27 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     transcripts = Path(s.transcripts) if s.source == "file" else run_dir / "transcripts.jsonl"
     if s.source != "file" and dist.is_main_process:  # collected once; every rank trains on the same file
         tokenizer = load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat))
-        records = collect_transcripts(config, tokenizer, sft_tasks(config))
-        tmp = transcripts.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
-        tmp.replace(transcripts)
+        calls: list[dict[str, str]] = []
+        records = collect_transcripts(config, tokenizer, sft_tasks(config), calls)
+        for path, rows in ((transcripts, records), (run_dir / "reader_calls.jsonl", calls)):
+            tmp = path.with_suffix(".jsonl.tmp")
+            with tmp.open("w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            tmp.replace(path)
     dist.wait_for_everyone()
     records = read_jsonl(transcripts)
     collect_s = time.perf_counter() - started
+    # An ungrounded teacher transcript searched for something it had not seen: never trained on.
+    ungrounded = sum(not r.get("grounding", {"ok": True})["ok"] for r in records)
     examples = [
         to_example(r)
         for r in records
-        if r["correct"] and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
+        if r["correct"]
+        and r.get("grounding", {"ok": True})["ok"]
+        and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
     ]
+    transcript_examples = len(examples)
+    examples += reader_rows(config, run_dir, transcript_examples)
     if not examples:
         raise RuntimeError(
             f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
@@ -217,7 +261,9 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "source": s.source,
         "transcripts": len(records),
         "correct": sum(r["correct"] for r in records),
-        "trained_on": len(examples),
+        "ungrounded": ungrounded,
+        "trained_on": transcript_examples,
+        "reader_examples": len(examples) - transcript_examples,
         "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
         "collect_s": round(collect_s, 2),
         "train_loss": result.training_loss,

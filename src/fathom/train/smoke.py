@@ -101,11 +101,11 @@ class Smoke:
         return report
 
     def expert(self) -> str:
-        from fathom.env.expert import expert_reader
         from fathom.models import load_tokenizer
         from fathom.models.loading import ModelSpec
+        from fathom.policies.readers import expert_reader
+        from fathom.policies.scripted import expert_backend
         from fathom.rollout import ChatFormat, RolloutConfig
-        from fathom.rollout.policies import expert_backend
         from fathom.rollout.wiring import build_engine, hf_service
         from fathom.tasks import generate_task
 

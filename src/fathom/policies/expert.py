@@ -6,8 +6,9 @@ can label, and following a bAbI story once the code has cut it down to its facts
 with ```repl blocks, sent through the same `step` interface as any model, so its transcripts are SFT data
 and its score is the upper-bound baseline.
 
-`expert_reader()` is the sub-LM that stands in for a competent reader on those calls; it reads with the
-task layer's own `label_of` / `babi.solve`, so an expert episode tests the scaffold, not a model.
+`fathom.policies.readers.expert_reader()` is the sub-LM that stands in for a competent reader on those
+calls; it reads with the task layer's own `label_of` / `babi.solve`, so an expert episode tests the
+scaffold, not a model.
 
 This module writes code strings; it imports nothing into the sandbox (the REPL has only the stdlib).
 """
@@ -17,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fathom.env.sublm import ScriptedSubLM
-from fathom.tasks import babi, keychain, multikey, niah, oolong, pairs, records, vartrack, words
+from fathom.tasks import keychain, multikey, niah, oolong, pairs, records, vartrack, words
 from fathom.tasks.family import question_slots
 
 CLASSIFY_PROMPT = (
@@ -213,16 +213,3 @@ def expert_turn(task: Any, turn: int) -> str:
     if task.family not in EXPERTS:
         raise ValueError(f"no expert for family {task.family!r}; known: {', '.join(EXPERTS)}")
     return EXPERTS[task.family](task, turn)
-
-
-def _read(prompt: str, chunk: str) -> str:
-    if prompt == CLASSIFY_PROMPT:
-        return "\n".join(records.label_of(line) for line in chunk.splitlines() if line.strip())
-    if prompt.startswith(STORY_PROMPT):
-        return babi.solve(prompt[len(STORY_PROMPT) :], chunk)
-    return ""
-
-
-def expert_reader() -> ScriptedSubLM:
-    """The simulated competent reader that answers the expert's `llm()` calls."""
-    return ScriptedSubLM(_read)

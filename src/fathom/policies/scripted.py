@@ -1,8 +1,9 @@
 """Policies that are not a neural network, behind the same `Backend` interface as a model.
 
 `ScriptedBackend` answers each prompt with a Python function of the conversation text so far, exactly as a
-model reads it; `expert_backend(tasks)` is the expert policy (`fathom.env.expert`) in that form, so the expert
-runs through the same rollout engine as any model and yields token-level transcripts for SFT.
+model reads it; `expert_backend(tasks)` is the expert policy (`fathom.policies.expert`) in that form, so the
+expert runs through the same rollout engine as any model and yields token-level transcripts for SFT.
+`turn_of(conversation)` is the turn a conversation is at, read from the environment's footer.
 
 This module does not build the baselines that need a model (see `fathom.rollout.direct` for the direct one).
 """
@@ -13,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fathom.env.expert import expert_turn
+from fathom.policies.expert import expert_turn
 from fathom.rollout.backends import Generation, Sampling
 from fathom.rollout.chat import ChatFormat
 
@@ -40,6 +41,12 @@ class ScriptedBackend:
 TURN_FOOTER = re.compile(r"\[turn (\d+)/\d+; \d+ left\]")  # the footer of fathom.env.prompts.render_cells
 
 
+def turn_of(conversation: str) -> int:
+    """The 0-based turn the policy is about to play: the last footer's number, 0 before any."""
+    footers = TURN_FOOTER.findall(conversation)
+    return int(footers[-1]) if footers else 0
+
+
 def expert_backend(chat: ChatFormat, tasks: Sequence[Any]) -> ScriptedBackend:
     """The expert as a backend: it finds its task by the question in the prompt and its turn by the
     environment's footer on the last observation ("[turn 2/12; 10 left]" -> turn 2; none yet -> turn 0).
@@ -53,7 +60,6 @@ def expert_backend(chat: ChatFormat, tasks: Sequence[Any]) -> ScriptedBackend:
         task = next((t for q, t in by_question.items() if q in conversation), None)
         if task is None:
             raise ValueError("the expert backend was given a prompt for a task it does not know")
-        footers = TURN_FOOTER.findall(conversation)
-        return expert_turn(task, int(footers[-1]) if footers else 0)
+        return expert_turn(task, turn_of(conversation))
 
     return ScriptedBackend(chat, reply)

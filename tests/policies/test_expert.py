@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment
-from fathom.env.expert import expert_reader, expert_turn
+from fathom.policies.expert import expert_turn
+from fathom.policies.readers import expert_reader
 from fathom.tasks import FAMILIES, generate_task
 
 

@@ -1,0 +1,126 @@
+"""What the teacher knows: the question's words, and what its own code printed. Nothing else.
+
+`Question` reads the question text: its anchors (identifier-like tokens and quoted phrases: the things to
+search for), the answer form it asks for (a number of N digits, a count, a list, pairs, a word) and small
+facts it states ("among the 3,744 questions", "a story of 23 facts"). `Sight` parses what the look move
+printed (length, head, sampled lines) into the document's shape: does it have ``Field: value`` records, with
+which separator, which quoted category names does its head list.
+
+These are the teacher's own reading of text it was shown; no task object, family name, gold answer or
+generator constant is imported here (a test checks that this package's teacher modules import none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Identifier-like: contains a digit, or is a hyphenated lowercase compound, or is ALL CAPS.
+IDENT = re.compile(r"(?<![\w-])(?:(?=[\w-]*\d)[\w-]{4,}|[a-z]+(?:-[a-z]+)+|[A-Z]{3,})(?![\w-])")
+QUOTED = re.compile(r"'([^']{2,60})'|\"([^\"]{2,60})\"")
+NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]{2,}\b")  # a capitalised word inside a sentence
+_STOP_WORDS = (
+    "the and that this with from have what which where when into your there their about other they been "
+    "more most less least same only each every list give answer number text above below provided"
+)
+STOP = frozenset(_STOP_WORDS.split())
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    anchors: tuple[str, ...]
+    quoted: tuple[str, ...]
+    names: tuple[str, ...]
+    things: tuple[str, ...]  # "the football", "the kitchen": nouns the question points at
+    digits: int | None  # "the 7-digit number"
+    count: bool  # "how many"
+    listing: bool  # "list every", "all ... separated by commas"
+    pairs: bool
+    stated_total: int | None  # "among the 3,744 questions", "a story of 23 facts"
+
+    @property
+    def words(self) -> list[str]:
+        return [w for w in re.findall(r"[A-Za-z][a-z]{3,}", self.text) if w.lower() not in STOP]
+
+
+def read_question(text: str) -> Question:
+    quoted = tuple(a or b for a, b in QUOTED.findall(text))
+    anchors = []
+    for token in IDENT.findall(text):
+        if token.replace(",", "").isdigit() and "," in token:
+            continue
+        if not re.fullmatch(r"\d+-digit", token) and token not in anchors:
+            anchors.append(token)
+    digits = re.search(r"(\d+)-digit", text)
+    total = re.search(
+        r"(?:among|of) the ([\d,]+) \w+|story of (\d+) facts|([\d,]+) (?:rows|lines|records|entries)", text
+    )
+    stated = next((int(g.replace(",", "")) for g in (total.groups() if total else ()) if g), None)
+    lower = text.lower()
+    return Question(
+        text=text,
+        anchors=tuple(anchors),
+        quoted=quoted,
+        names=tuple(dict.fromkeys(n for n in NAME.findall(text) if n.lower() not in STOP)),
+        things=tuple(dict.fromkeys(re.findall(r"\bthe ([a-z]{3,})\b(?=[?.,]| before| after)", text))),
+        digits=int(digits.group(1)) if digits else None,
+        count="how many" in lower,
+        listing=any(
+            w in lower for w in ("list every", "list all", "all the", "separated by commas", "what are all")
+        ),
+        pairs="pairs of" in lower,
+        stated_total=stated,
+    )
+
+
+@dataclass
+class Sight:
+    """The document as the look move printed it."""
+
+    chars: int = 0
+    lines: int = 0
+    head: str = ""
+    samples: list[str] = field(default_factory=list)
+
+    @property
+    def shown(self) -> list[str]:
+        return [*self.head.splitlines(), *self.samples]
+
+    def categories(self) -> list[str]:
+        """Quoted names listed together in the head ("one of 6 categories: 'a', 'b', ...")."""
+        runs = re.findall(r"((?:'[^']{2,40}'(?:, (?:and |or )?|\.| and | or )?){3,})", self.head)
+        best = max(runs, key=len) if runs else ""
+        return re.findall(r"'([^']{2,40})'", best)
+
+    def record_fields(self) -> tuple[list[str], str] | None:
+        """(field names, separator) when most shown lines read ``Name: value<sep>Name: value...``."""
+        shapes: Counter[tuple[tuple[str, ...], str]] = Counter()
+        for line in self.shown:
+            names = re.findall(r"(?:^|(?<=\s))([A-Z][A-Za-z_]*): ", line)
+            if len(names) < 2 or not line.startswith(names[0] + ": "):
+                continue
+            after_first = line.index(names[0] + ": ") + len(names[0]) + 2
+            second = line.find(" " + names[1] + ": ", after_first)
+            if second < 0:
+                continue
+            value = line[after_first:second]
+            sep = re.search(r"\s*[^\w\s]*\s*$", value + " ").group(0)  # type: ignore[union-attr]
+            shapes[(tuple(names), sep.rstrip() + " " if sep.strip() else " ")] += 1
+        if not shapes:
+            return None
+        (names, sep), n = shapes.most_common(1)[0]
+        return (list(names), sep) if n >= 3 else None
+
+
+def parse_look(observation: str) -> Sight:
+    """Read the look move's printout: ``LEN <chars> <lines>``, ``HEAD``...``SAMPLES``, one sample a line."""
+    sight = Sight()
+    m = re.search(r"(\d+) chars, (\d+) lines", observation)
+    if m:
+        sight.chars, sight.lines = int(m.group(1)), int(m.group(2))
+    head, _, rest = observation.partition("--- samples ---")
+    sight.head = head.partition("--- head ---")[2].strip("\n")
+    sight.samples = [re.sub(r"^\s*\d+: ", "", s) for s in rest.splitlines() if re.match(r"^\s*\d+: ", s)]
+    return sight

@@ -1,0 +1,261 @@
+"""The teacher's moves: each writes one turn (a thought and a ```repl cell) from what the teacher knows.
+
+Every literal a move puts in code comes from the question (`Question`) or from an earlier printout
+(`Sight`, search hits): the grounding check (`fathom.policies.grounding`) holds the teacher to that. Each
+move takes a `random.Random` and picks among equivalent wordings and ways of writing the same step, so
+transcripts teach the move rather than one program. Moves print in formats that `fathom.policies.teacher`
+parses back (it reads what it printed, as a model would).
+
+This module only writes text; it runs nothing and does not decide which move comes next.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from fathom.policies.looking import Question
+
+READ_MARK = "Question: "  # the reader finds the question after this, on the prompt's last line
+CLASSIFY_WORDS = "each line"  # with "categor", how the reader knows a classification prompt
+
+
+def escape(text: str) -> str:
+    """`re.escape` without escaping spaces and other characters a reader need not see escaped."""
+    return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text)
+
+
+def turn(rng: random.Random, thoughts: tuple[str, ...], code: str) -> str:
+    return f"{rng.choice(thoughts)}\n```repl\n{code.strip()}\n```"
+
+
+def look(rng: random.Random) -> str:
+    head = rng.choice((800, 900, 1000))
+    n = rng.choice((5, 6, 7))
+    width = rng.choice((150, 160, 200))
+    if rng.random() < 0.5:
+        samples = f"""for i in range(1, {n + 1}):
+    at = len(lines) * i // {n + 1}
+    print(f"{{at}}: {{lines[at][:{width}]}}")"""
+    else:
+        samples = f"""import random
+filled = [i for i, line in enumerate(lines) if line.strip()]
+for at in sorted(random.Random({rng.randrange(100)}).sample(filled, min({n}, len(filled)))):
+    print(f"{{at}}: {{lines[at][:{width}]}}")"""
+    code = f"""
+lines = ctx.splitlines()
+print(len(ctx), "chars,", len(lines), "lines")
+print("--- head ---")
+print(ctx[:{head}])
+print("--- samples ---")
+{samples}
+"""
+    return turn(
+        rng,
+        (
+            "First I look at the document: its size, how it begins, and a few lines from across it.",
+            "Before searching for anything, let me see what this document looks like.",
+            "I will start by printing the length, the head and some sampled lines.",
+        ),
+        code,
+    )
+
+
+def search(rng: random.Random, terms: list[str]) -> str:
+    width = rng.choice((200, 240))
+    if rng.random() < 0.5:
+        finder = "spots = [m.start() for m in re.finditer(re.escape(term), ctx)]"
+    else:
+        finder = """spots, at = [], ctx.find(term)
+    while at >= 0:
+        spots.append(at)
+        at = ctx.find(term, at + 1)"""
+    code = f"""
+import re
+for term in {terms!r}:
+    {finder}
+    print(f"{{term!r}}: {{len(spots)}} hits")
+    for at in spots[:{rng.choice((3, 4))}]:
+        start, end = ctx.rfind("\\n", 0, at) + 1, ctx.find("\\n", at)
+        print("   ", ctx[start : end if end >= 0 else len(ctx)][:{width}])
+"""
+    return turn(
+        rng,
+        (
+            "Now I search for the terms the question names and print the lines around each hit.",
+            "The question names specific terms; let me find where they occur and read their lines.",
+            "Search for the question's key terms and show the context of the first hits.",
+        ),
+        code,
+    )
+
+
+def follow(rng: random.Random, terms: list[str], limit: int) -> str:
+    code = f"""
+import re
+lines = ctx.splitlines()
+todo, done, reached = {terms!r}, set(), set()
+while todo:
+    term = todo.pop()
+    if term in done:
+        continue
+    done.add(term)
+    edge = re.compile(r"(?<![\\w-])" + re.escape(term) + r"(?![\\w-])")
+    for i, line in enumerate(lines):
+        if term in line and edge.search(line) and i not in reached:
+            reached.add(i)
+            for token in re.findall(r"[\\w-]+", line):
+                if re.search(r"\\d|^[A-Z]{{3,}}$|[a-z]-[a-z]", token) and ctx.count(token) <= {limit}:
+                    todo.append(token)
+reached = sorted(reached)
+print(len(reached), "lines reached")
+for i in reached[:30]:
+    print(lines[i][:200])
+"""
+    return turn(
+        rng,
+        (
+            "The hits carry identifiers of their own; I follow every rare identifier until no new line turns up.",
+            "Some hit lines point to other identifiers. Follow them all and collect the lines they reach.",
+            "Follow the chain: search each new identifier that the found lines mention, until nothing new appears.",
+        ),
+        code,
+    )
+
+
+def pick_digits(rng: random.Random, digits: int, many: bool) -> str:
+    pattern = rf"(?<!\d)\d{{{digits}}}(?!\d)"
+    code = f"""
+found = sorted(set(re.findall(r"{pattern}", "\\n".join(lines[i] for i in reached))))
+print(found)
+"""
+    if many:
+        code += "FINAL(found)\n"
+    else:
+        code += "if len(found) == 1:\n    FINAL(found[0])\n"
+    return turn(
+        rng,
+        (
+            f"The question wants {digits}-digit values: I take them from the reached lines in code.",
+            f"Extract the {digits}-digit numbers from those lines, and answer if they are unambiguous.",
+        ),
+        code,
+    )
+
+
+def read_lines(rng: random.Random, question: str, source: str) -> str:
+    """Delegate reading of a small set of lines (a Python expression, `source`) to llm()."""
+    ask = rng.choice(
+        (
+            "Read the lines below and answer the question exactly, using only these lines.",
+            "Answer the question from these lines alone; reply with the answer only.",
+            "Use only the text below. Give the exact answer to the question.",
+        )
+    )
+    code = f"""
+chunk = {source}
+print(len(chunk), "chars to read")
+reply = llm({ask + chr(10) + READ_MARK + question!r}, chunk)
+print(repr(reply))
+"""
+    return turn(
+        rng,
+        (
+            "These few lines hold the answer; reading them is a job for llm(), with the question.",
+            "The relevant lines are small enough to read: I ask llm() about them.",
+            "I have cut the document down to what matters; now llm() reads it and answers.",
+        ),
+        code,
+    )
+
+
+def answer_reply(rng: random.Random, q: Question) -> str:
+    """FINAL the reader's reply in the form the question asks for, after checking it is not empty."""
+    if q.listing:
+        value = "[part.strip() for part in reply.split(',') if part.strip()]"
+    elif q.count:
+        value = "int(re.search(r'-?\\d+', reply).group(0))"
+    else:
+        value = "reply.strip()"
+    code = f"""
+import re
+answer = {value}
+print(answer)
+if answer:
+    FINAL(answer)
+"""
+    return turn(rng, ("The reply looks like an answer of the asked form; I submit it.",), code)
+
+
+def story_lines(rng: random.Random, stated: int | None, loose: bool) -> str:
+    pattern = r"[A-Z][a-z]+(?: [a-z]+)+\." if loose else r"[A-Z][a-z]+(?: [a-z]+)* the [a-z]+(?: [a-z]+)?\."
+    check = f'print(len(facts), "story lines; the question says {stated}")' if stated else ""
+    check = check or 'print(len(facts), "story lines")'
+    code = f"""
+import re
+facts = [line.strip() for line in ctx.splitlines() if re.fullmatch(r"{pattern}", line.strip())]
+{check}
+print(facts[:4])
+"""
+    return turn(
+        rng,
+        (
+            "The hits are short one-line facts. I collect every line of that shape.",
+            "The story facts are short sentences on their own lines; gather all lines that look like them.",
+        ),
+        code,
+    )
+
+
+def records(rng: random.Random, fields: list[str], sep: str, stated: int | None) -> str:
+    parts = [escape(f"{name}: ") + "(.*?)" for name in fields]
+    pattern = "^" + escape(sep).join(parts)[:-5] + "(.*)$"
+    check = (
+        f'print(len(recs), "records; the question says {stated}")'
+        if stated
+        else 'print(len(recs), "records")'
+    )
+    code = f"""
+import re
+recs = re.findall(r"{pattern}", ctx, re.M)
+{check}
+print(recs[:2])
+"""
+    return turn(
+        rng,
+        (
+            "The document is a list of records with named fields; I parse them all.",
+            "Every record line has the same fields; parse the lines into tuples first.",
+        ),
+        code,
+    )
+
+
+def classify(rng: random.Random, field_at: int, categories: list[str]) -> str:
+    per = rng.choice((60, 80, 100))
+    cats = ", ".join(categories)
+    prompt = rng.choice(
+        (
+            f"Classify each line below into exactly one category: {cats}. "
+            "Reply with one category per line, in order, and nothing else.",
+            f"For each line below, name its category, one of: {cats}. "
+            "One category per line, same order, nothing else.",
+        )
+    )
+    code = f"""
+texts = [rec[{field_at}] for rec in recs]
+chunks = [texts[i : i + {per}] for i in range(0, len(texts), {per})]
+replies = llm_batch([({prompt!r}, "\\n".join(chunk)) for chunk in chunks])
+labels = [line.strip() for reply in replies for line in reply.strip().splitlines()]
+from collections import Counter
+print(len(labels), "labels for", len(texts), "records")
+print(Counter(labels).most_common())
+"""
+    return turn(
+        rng,
+        (
+            "The category is not written on the lines: it has to be read. llm() labels them in chunks.",
+            "No regex can tell the categories apart; I have llm() read the records, many per call.",
+        ),
+        code,
+    )

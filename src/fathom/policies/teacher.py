@@ -1,0 +1,244 @@
+"""The teacher: a scripted policy that knows only the conversation, the default source of SFT transcripts.
+
+It reads the question and what its own code printed, nothing else (no task object, family name, gold or
+generator format), and plays the moves of a careful RLM: look (length, head, sampled lines), search for
+the terms the question names and print their lines, follow identifiers the hits mention, compute in code
+(digits, counts, pairs) or hand a small set of lines to `llm()` with the question, notice an empty or
+doubtful result and try another way, and answer with FINAL. Which moves it plays depends on what it sees:
+``Field: value`` records whose categories the head lists are parsed and labelled by `llm()` in chunks, then
+aggregated as the question asks; short one-line facts are gathered and read as a story; identifiers are
+followed to every line they reach; anything else falls back to the lines sharing the question's words.
+
+A strategy is a generator (``obs = yield turn_text``); `teacher_turn(conversation)` replays it from the
+start over the observations so far, so the policy is a pure function of the conversation text. Wording and
+ways of writing each move are drawn from a `random.Random` seeded by the question (and a run seed).
+
+`teacher_backend` wraps it as a `ScriptedBackend`; its `llm()` calls are answered in evaluation and SFT by
+`fathom.policies.readers.teacher_reader`. Transcripts are checked by `fathom.policies.grounding`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Generator
+
+from fathom.policies import moves
+from fathom.policies.looking import Question, Sight, parse_look, read_question
+from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
+from fathom.rollout.chat import ChatFormat
+
+Play = Generator[str, str, None]
+FIRST = re.compile(r"Question: (.*?)\n\n`ctx` is a str of [\d,]+ characters", re.S)
+OBS_START = re.compile(r"\[output\]\n|\[cell 1\]\n|No ```repl``` code block found")
+NO_LLM = "`llm` and `llm_batch` are not available"
+FOLLOW_LIMIT = 6  # an identifier seen more often than this is vocabulary, not a pointer
+
+
+def split_conversation(conversation: str) -> tuple[str, list[str], bool]:
+    """(question, observations in order, llm available) of a decoded conversation."""
+    m = FIRST.search(conversation)
+    if m is None:
+        raise ValueError("the teacher was given a conversation with no question")
+    observations, after = [], m.end()
+    for footer in TURN_FOOTER.finditer(conversation, m.end()):
+        starts = [s.start() for s in OBS_START.finditer(conversation, after, footer.start())]
+        if not starts:
+            raise ValueError("an environment reply with no output marker before its footer")
+        observations.append(conversation[starts[-1] : footer.start()])
+        after = footer.end()
+    return m.group(1), observations, NO_LLM not in conversation[m.start() : m.start() + len(m.group(0)) + 200]
+
+
+def parse_hits(observation: str) -> dict[str, tuple[int, list[str]]]:
+    """The search move's printout: term -> (hit count, the lines shown)."""
+    out: dict[str, tuple[int, list[str]]] = {}
+    term = None
+    for line in observation.splitlines():
+        if m := re.match(r"^'(.*)': (\d+) hits$", line):
+            term = m.group(1)
+            out[term] = (int(m.group(2)), [])
+        elif term is not None and line.startswith("    "):
+            out[term][1].append(line[4:])
+    return out
+
+
+def _number(pattern: str, observation: str) -> int | None:
+    m = re.search(pattern, observation)
+    return int(m.group(1)) if m else None
+
+
+def _give_up(rng: random.Random) -> str:
+    return moves.turn(
+        rng,
+        ("I could not find what the question asks for; I answer that it is not there.",),
+        'FINAL("not found")',
+    )
+
+
+def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
+    obs = yield moves.look(rng)
+    sight = parse_look(obs)
+    fields, categories = sight.record_fields(), sight.categories()
+    if llm_ok and fields and q.quoted and set(q.quoted) & set(categories):
+        yield from _records(q, rng, sight, fields, categories)
+        return
+    terms = list(dict.fromkeys([*q.anchors, *q.names, *q.things]))[:6] or q.words[:4]
+    obs = yield moves.search(rng, terms)
+    hits = parse_hits(obs)
+    found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
+    shown = [line for _, lines in hits.values() for line in lines]
+    short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
+    if llm_ok and q.stated_total and short and not found:
+        yield from _story(q, rng)
+    elif found:
+        yield from _follow(q, rng, found, llm_ok)
+    elif llm_ok:
+        yield from _keywords(q, rng)
+
+
+def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Play:
+    obs = yield moves.follow(rng, found, FOLLOW_LIMIT)
+    if not _number(r"(\d+) lines reached", obs):
+        if llm_ok:
+            yield from _keywords(q, rng)
+        return
+    if q.digits:
+        yield moves.pick_digits(rng, q.digits, q.listing)  # FINALs when the values are unambiguous
+    if llm_ok:
+        yield from _read(q, rng, '"\\n".join(lines[i] for i in reached)')
+
+
+def _read(q: Question, rng: random.Random, source: str) -> Play:
+    obs = yield moves.read_lines(rng, q.text, source)
+    reply = obs.partition("chars to read\n")[2].strip()
+    if reply in ("''", '""', "") or "not found" in reply.lower():
+        return
+    yield moves.answer_reply(rng, q)
+
+
+def _story(q: Question, rng: random.Random) -> Play:
+    obs = yield moves.story_lines(rng, q.stated_total, loose=False)
+    n = _number(r"(\d+) story lines", obs) or 0
+    if q.stated_total and n < q.stated_total:
+        yield moves.story_lines(rng, q.stated_total, loose=True)
+    yield from _read(q, rng, '"\\n".join(facts)')
+
+
+def _keywords(q: Question, rng: random.Random) -> Play:
+    words = list(dict.fromkeys(w for w in q.words if len(w) >= 5))[:8]
+    need = 2 if len(words) >= 3 else 1
+    code = f"""
+words = [w.lower() for w in {words!r}]
+hits = [line for line in ctx.splitlines() if sum(w in line.lower() for w in words) >= {need}]
+print(len(hits), "lines share the question's words")
+for line in hits[:5]:
+    print("   ", line[:160])
+"""
+    obs = yield moves.turn(
+        rng, ("No identifier to follow; I look for the lines that share the question's words.",), code
+    )
+    if _number(r"(\d+) lines share", obs):
+        yield from _read(q, rng, '"\\n".join(hits[:200])')
+
+
+def _field(fields: list[str], sight: Sight, want: str) -> int | None:
+    for i, name in enumerate(fields):
+        if want in name.lower():
+            return i
+    return None
+
+
+def _records(q: Question, rng: random.Random, sight: Sight, fields_sep: tuple, categories: list[str]) -> Play:
+    fields, sep = fields_sep
+    obs = yield moves.records(rng, fields, sep, q.stated_total)
+    if not _number(r"(\d+) records", obs):
+        return
+    lengths = {i: 0 for i in range(len(fields))}
+    for line in sight.shown:
+        parts = line.split(sep)
+        if len(parts) == len(fields):
+            for i, part in enumerate(parts):
+                lengths[i] += len(part)
+    text_at = max(lengths, key=lengths.__getitem__)
+    yield moves.classify(rng, text_at, categories)
+    yield _aggregate(q, rng, fields, sight, categories)
+
+
+def _aggregate(
+    q: Question, rng: random.Random, fields: list[str], sight: Sight, categories: list[str]
+) -> str:
+    text, lower = q.text, q.text.lower()
+    x = next((c for c in q.quoted if c in categories), "")
+    y = next((c for c in q.quoted if c in categories and c != x), "")
+    date_at = _field(fields, sight, "date")
+    after = re.search(r"dated after ([A-Z][a-z]{2} \d{1,2}, \d{4}|\d{4}-\d{2}-\d{2})", text)
+    if q.pairs:
+        user_at = next((i for i, f in enumerate(fields) if re.search(rf"\b{f.lower()}\b", lower)), 0)
+        if "at least two" in lower:
+            first, second = "na >= 2", "nb >= 1"
+        elif "' and at least one" in text:
+            first = second = "na >= 1 and nb >= 1"
+        else:
+            first = second = "na + nb >= 1"
+        code = f"""
+tally = {{}}
+for rec, label in zip(recs, labels):
+    t = tally.setdefault(int(rec[{user_at}]), [0, 0])
+    t[0] += label == {x!r}
+    t[1] += label == {y!r}
+can1 = {{u for u, (na, nb) in tally.items() if {first}}}
+can2 = {{u for u, (na, nb) in tally.items() if {second}}}
+found = sorted({{(min(u, v), max(u, v)) for u in can1 for v in can2 if u != v}})
+print(len(found), found[:5])
+FINAL([list(p) for p in found])
+"""
+    elif q.count and after and date_at is not None:
+        fmt = "%Y-%m-%d" if "-" in after.group(1) else "%b %d, %Y"
+        code = f"""
+from datetime import datetime
+cutoff = datetime.strptime({after.group(1)!r}, {fmt!r})
+n = sum(label == {x!r} and datetime.strptime(rec[{date_at}], {fmt!r}) > cutoff for rec, label in zip(recs, labels))
+print(n)
+FINAL(n)
+"""
+    elif q.count:
+        code = f"n = sum(label == {x!r} for label in labels)\nprint(n)\nFINAL(n)"
+    elif "most common" in lower or "least common" in lower:
+        pick = "max" if "most common" in lower else "min"
+        code = f"counts = Counter(labels)\nFINAL({pick}({categories!r}, key=lambda c: counts[c]))"
+    else:
+        # The three possible answers, in the words the question offers them.
+        more, less, same = ([*re.findall(r"more common|less common|same frequency", text), "", "", ""])[:3]
+        code = f"""
+nx, ny = labels.count({x!r}), labels.count({y!r})
+print(nx, ny)
+FINAL({more!r} if nx > ny else {less!r} if nx < ny else {same!r})
+"""
+    return moves.turn(
+        rng,
+        (
+            "Now the labels are known, the rest is counting, in code.",
+            "Aggregate the labels as the question asks.",
+        ),
+        code,
+    )
+
+
+def teacher_turn(conversation: str, seed: int = 0) -> str:
+    """The teacher's next turn for a decoded conversation (see the module docstring)."""
+    question, observations, llm_ok = split_conversation(conversation)
+    rng = random.Random(f"teacher/{seed}/{question}")
+    game = play(read_question(question), rng, llm_ok)
+    try:
+        text = next(game)
+        for obs in observations:
+            text = game.send(obs)
+    except StopIteration:
+        return _give_up(rng)
+    return text
+
+
+def teacher_backend(chat: ChatFormat, seed: int = 0) -> ScriptedBackend:
+    """The teacher as a policy backend: any task, no task list (it reads only the conversation)."""
+    return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed))

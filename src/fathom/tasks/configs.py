@@ -1,0 +1,314 @@
+"""Config files (INI, TOML-like, YAML-like): `config_lookup` (effective value) and `config_sections` (lists).
+
+A document is one large service configuration: sections named ``kind.id`` (``worker.eu-3``,
+``worker.eu-30``, ``cache.us-3``: look-alike names), each setting some keys in a random order, and some
+naming a parent with ``inherits`` whose keys they do not set themselves. Per document the seed picks the
+syntax and the key spelling (snake, kebab or camel case)::
+
+    [worker.eu-3]              [worker.eu-3]                  worker.eu-3:
+    ; A fool and his money...  # A fool and his money...        # A fool and his money...
+    timeout_ms = 2500          timeout-ms = 2500                timeoutMs: 2500
+    log_level = info           log-level = "info"               logLevel: info
+    inherits = worker.base     inherits = "worker.base"         inherits: worker.base
+
+Comments are lines of the fortunes corpus, and some quote settings ("# log_level = trace was too noisy"),
+so a grep for a setting finds commented-out lines too. Only uncommented lines set anything.
+
+``config_lookup``: the effective value of a key in a section (its own setting, else its parent's, and so
+on; at hard the value is two parents up). ``config_sections`` kinds: ``list`` (every section that sets a
+key to a rare value itself; set_f1), ``count`` (how many sections set an integer key above T; numeric),
+``exists`` (does any section set a key to a value; yes / no). Five phrasings per kind.
+
+For an expert: `parse_config(document)` gives {section: {key: value}} (key spelling kept as written,
+values unquoted) for any of the three syntaxes; `effective` follows ``inherits``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from typing import Any
+
+from fathom.tasks import formats
+from fathom.tasks.family import Family, InvalidTaskError, check_difficulty, make_task
+from fathom.tasks.formats import Phrasings
+from fathom.tasks.haystack import Corpora
+from fathom.tasks.schema import Task
+
+KINDS = ("worker", "cache", "queue", "route", "database", "service", "proxy", "cron", "shard", "feed")
+REGIONS = ("eu", "us", "ap", "sa", "me", "af", "ca", "in")
+LEVELS = ("debug", "info", "warn", "error")
+# key words -> value maker
+KEYS: dict[tuple[str, ...], Any] = {
+    ("timeout", "ms"): lambda r: r.randrange(100, 30_000, 50),
+    ("max", "retries"): lambda r: r.randint(0, 12),
+    ("pool", "size"): lambda r: r.randint(1, 64),
+    ("replicas",): lambda r: r.randint(1, 9),
+    ("batch", "size"): lambda r: r.choice((16, 32, 64, 128, 256, 512)),
+    ("cache", "ttl", "s"): lambda r: r.randrange(30, 86_400, 30),
+    ("log", "level"): lambda r: r.choice(LEVELS),
+    ("enabled",): lambda r: "true",
+    ("compression",): lambda r: r.choice(("gzip", "zstd", "none", "lz4")),
+    ("endpoint",): lambda r: f"https://{r.choice(('api', 'edge', 'int'))}{r.randint(1, 99)}.example.test",
+}
+INT_KEYS = (("timeout", "ms"), ("max", "retries"), ("pool", "size"), ("replicas",), ("batch", "size"))
+RARE = {("log", "level"): "trace", ("enabled",): "false", ("compression",): "brotli"}
+SYNTAXES = ("ini", "toml", "yaml")
+_SECTION = r"[a-z]+\.[a-z]+-\d+"
+
+
+def section_names(rng: random.Random, n: int) -> list[str]:
+    names: set[str] = set()
+    while len(names) < n:
+        base = f"{rng.choice(KINDS)}.{rng.choice(REGIONS)}-{rng.randint(1, 99)}"
+        names.add(base if rng.random() < 0.6 else base + str(rng.randint(0, 9)))  # eu-3 / eu-30
+    out = sorted(names)
+    rng.shuffle(out)
+    return out
+
+
+def render_value(value: Any, syntax: str) -> str:
+    if syntax == "toml" and isinstance(value, str) and value not in ("true", "false"):
+        return f'"{value}"'
+    return str(value)
+
+
+def render(rng: random.Random, sections: dict[str, dict[str, Any]], syntax: str, case: str, comments) -> str:
+    sep = {"ini": " = ", "toml": " = ", "yaml": ": "}[syntax]
+    mark = ";" if syntax == "ini" else "#"
+    pad = "  " if syntax == "yaml" else ""
+    out = []
+    for name, keys in sections.items():
+        out.append(f"{name}:" if syntax == "yaml" else f"[{name}]")
+        for words, value in keys.items():
+            if rng.random() < 0.15:
+                out.append(pad + f"{mark} " + rng.choice(comments))
+            if rng.random() < 0.03:  # a commented-out setting: a trap for grep
+                rare = RARE.get(words, value) if isinstance(words, tuple) else value
+                out.append(pad + f"{mark} {key_name(words, case)}{sep}{render_value(rare, syntax)}")
+            out.append(pad + key_name(words, case) + sep + render_value(value, syntax))
+        out.append("")
+    return "\n".join(out)
+
+
+def key_name(words: tuple[str, ...] | str, case: str) -> str:
+    if isinstance(words, str):  # "inherits"
+        return words
+    return formats.styled(words, case if case != "upper" and case != "title" else "snake")
+
+
+_HEAD = re.compile(r"^\[(.+)\]$|^(\S.*):$")
+_KV = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(?:=|:)\s*(.*?)\s*$")
+
+
+def parse_config(document: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in document.split("\n"):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#;":
+            continue
+        head = _HEAD.match(line)
+        if head:
+            current = out.setdefault(head.group(1) or head.group(2), {})
+            continue
+        kv = _KV.match(line)
+        if kv is None or current is None:
+            raise InvalidTaskError(f"unreadable config line {line!r}")
+        current[kv.group(1)] = kv.group(2).strip('"')
+    return out
+
+
+def effective(config: dict[str, dict[str, str]], section: str, key: str) -> str:
+    seen = set()
+    while section not in seen:
+        seen.add(section)
+        keys = config[section]
+        if key in keys:
+            return keys[key]
+        if "inherits" not in keys:
+            break
+        section = keys["inherits"]
+    raise InvalidTaskError(f"{key} is not set in {section} nor its parents")
+
+
+def build(rng: random.Random, family: str, length_tokens: int, difficulty: str, corpora: Corpora):
+    """(sections, syntax, case, comments) of about `length_tokens`; a fifth of sections inherit."""
+    syntax, case = rng.choice(SYNTAXES), rng.choice(("snake", "kebab", "camel"))
+    comments = formats.lines_from(corpora, "fortunes")
+    n_chars = formats.chars_for(length_tokens, family)
+    mean_comment = sum(len(c) for c in comments[::50]) / len(comments[::50])
+    names = section_names(rng, max(12, n_chars // 120))
+    sections: dict[str, dict[Any, Any]] = {}
+    total = 0.0
+    for i, name in enumerate(names):
+        if total >= n_chars and i >= 12:
+            break
+        keys = rng.sample(list(KEYS), rng.randint(5, 8))
+        sections[name] = {k: KEYS[k](rng) for k in keys}
+        if i > 2 and rng.random() < 0.2:
+            sections[name]["inherits"] = rng.choice(names[:i])
+        # what render() writes: header, "key = value" lines, a comment before 15% of them
+        total += len(name) + 4 + sum(len("_".join(k)) + len(str(v)) + 5 for k, v in sections[name].items())
+        total += len(sections[name]) * 0.15 * (mean_comment + 4)
+    return sections, syntax, case, comments
+
+
+# ---- config_lookup ---------------------------------------------------------------------------------
+_RULE = " (a section that does not set the key takes it from the section its inherits names)"
+_C = {"key": r"[A-Za-z_-]+", "section": _SECTION}
+LOOKUP = Phrasings(
+    (
+        "What is the effective value of {key} in the section {section}" + _RULE + "? Answer with the value.",
+        "In the config above, what does {key} resolve to for {section}" + _RULE + "?",
+        "Section {section}: which value of {key} applies there" + _RULE + "? Reply with the value only.",
+        "Give the {key} setting that is in force for {section}" + _RULE + ".",
+        "Resolve {key} for the section named exactly {section}" + _RULE + ". What is it?",
+    ),
+    _C,
+)
+
+
+def generate_lookup(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
+    check_difficulty(difficulty)
+    rng = random.Random(f"config_lookup/{seed}")
+    sections, syntax, case, comments = build(rng, "config_lookup", length_tokens, difficulty, corpora)
+    names = list(sections)
+    words = rng.choice(list(KEYS))
+    hops = {"easy": 0, "medium": rng.randint(0, 1), "hard": rng.randint(1, 2)}[difficulty]
+    chain = rng.sample(names, hops + 1)  # chain[0] asks, chain[-1] sets the key
+    for child, parent in itertools.pairwise(chain):
+        sections[child].pop(words, None)
+        sections[child]["inherits"] = parent
+    sections[chain[-1]][words] = KEYS[words](rng)
+    sections[chain[-1]].pop("inherits", None)
+    document = render(rng, sections, syntax, case, comments)
+    question = LOOKUP.write(rng, key=key_name(words, case), section=chain[0])
+    answer = effective(parse_config(document), chain[0], key_name(words, case))
+    meta = {"syntax": syntax, "case": case, "hops": hops, "sections": len(sections)}
+    return make_task(
+        "config_lookup", seed, length_tokens, difficulty, question, answer, "exact", document, meta
+    )
+
+
+def solve_lookup(question: str, document: str) -> str:
+    s = LOOKUP.parse(question)
+    return effective(parse_config(document), s["section"], s["key"])
+
+
+def wrong_lookup(task: Task, document: str) -> list[str]:
+    s = LOOKUP.parse(task.question)
+    values = {keys.get(s["key"]) for keys in parse_config(document).values()} - {None, str(task.answer)}
+    return [*sorted(v for v in values if v)[:6], ""]  # type: ignore[type-var]
+
+
+# ---- config_sections -------------------------------------------------------------------------------
+_E = " Settings on commented-out lines and inherited values do not count."
+_S = {"key": r"[A-Za-z_-]+", "value": r"\S+", "t": r"\d+"}
+SECTION_KINDS = {
+    "list": Phrasings(
+        tuple(
+            t + _E
+            for t in (
+                "Which sections set {key} to {value} themselves? List every section name.",
+                "List all sections whose own {key} setting is {value}.",
+                "Give the names of the sections where {key} = {value} is set, one per line.",
+                "Find every section that explicitly sets {key} to {value}. Name them all.",
+                "In which sections is {key} set to {value}? List the section names.",
+            )
+        ),
+        _S,
+    ),
+    "count": Phrasings(
+        tuple(
+            t + _E
+            for t in (
+                "How many sections set {key} to a value greater than {t}? Answer with a number.",
+                "Count the sections whose own {key} is above {t}.",
+                "In how many sections is {key} set higher than {t}? Give the count.",
+                "Number of sections with an explicit {key} strictly greater than {t}? One number.",
+                "How many section blocks configure {key} above {t}?",
+            )
+        ),
+        _S,
+    ),
+    "exists": Phrasings(
+        tuple(
+            t + _E
+            for t in (
+                "Does any section set {key} to {value}? Answer yes or no.",
+                "Is {key} = {value} set in at least one section? yes or no?",
+                "Answer yes or no: some section explicitly sets {key} to {value}.",
+                "Check whether any section configures {key} as {value}. Reply yes or no.",
+                "Is there a section whose own {key} is {value}? Answer yes or no.",
+            )
+        ),
+        _S,
+    ),
+}
+SECTION_WEIGHTS = (0.4, 0.35, 0.25)
+
+
+def sections_answer(kind: str, config: dict[str, dict[str, str]], s: dict[str, str]) -> Any:
+    if kind == "count":
+        return sum(1 for keys in config.values() if s["key"] in keys and int(keys[s["key"]]) > int(s["t"]))
+    hits = sorted(name for name, keys in config.items() if keys.get(s["key"]) == s["value"])
+    return hits if kind == "list" else formats.yes_no(bool(hits))
+
+
+def generate_sections(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
+    check_difficulty(difficulty)
+    rng = random.Random(f"config_sections/{seed}")
+    kind = rng.choices(tuple(SECTION_KINDS), SECTION_WEIGHTS)[0]
+    sections, syntax, case, comments = build(rng, "config_sections", length_tokens, difficulty, corpora)
+    words = rng.choice(INT_KEYS if kind == "count" else tuple(RARE))
+    value = RARE.get(words, "")
+    k = 0 if kind == "count" or (kind == "exists" and rng.random() < 0.5) else rng.randint(1, 12)
+    for name in rng.sample(list(sections), min(k, len(sections))):
+        sections[name][words] = value
+    with_key = sorted(int(keys[words]) for keys in sections.values() if words in keys and kind == "count")
+    t = with_key[rng.randrange(len(with_key) // 2, len(with_key))] if with_key else 0
+    document = render(rng, sections, syntax, case, comments)
+    s = {"key": key_name(words, case), "value": value, "t": str(t)}
+    question = SECTION_KINDS[kind].write(rng, **s)
+    answer = sections_answer(kind, parse_config(document), s)
+    metric = {"list": "set_f1", "count": "numeric", "exists": "exact"}[kind]
+    meta = {"kind": kind, "syntax": syntax, "case": case, "sections": len(sections)}
+    return make_task(
+        "config_sections", seed, length_tokens, difficulty, question, answer, metric, document, meta
+    )
+
+
+def solve_sections(question: str, document: str) -> Any:
+    kind, s = formats.parse_kind(SECTION_KINDS, question)
+    return sections_answer(kind, parse_config(document), s)
+
+
+def wrong_sections(task: Task, document: str) -> list[Any]:
+    if task.metric == "exact":
+        return ["no" if task.answer == "yes" else "yes", ""]
+    if task.metric == "numeric":
+        gold = int(task.answer)  # type: ignore[arg-type]
+        return [gold + 1, gold - 1, gold + 5, "none"]
+    gold = list(task.answer)  # type: ignore[arg-type]
+    return [gold[:-1], gold[1:], [*gold, "worker.zz-0"], []]
+
+
+LOOKUP_FAMILY = Family(
+    "config_lookup",
+    "config files (INI / TOML / YAML): the effective value of a key, following inherits",
+    generate_lookup,
+    solve_lookup,
+    wrong_lookup,
+    True,
+)
+SECTIONS_FAMILY = Family(
+    "config_sections",
+    "config files (INI / TOML / YAML): list / count / existence of sections by their own settings",
+    generate_sections,
+    solve_sections,
+    wrong_sections,
+    True,
+)
+FAMILIES = (LOOKUP_FAMILY, SECTIONS_FAMILY)

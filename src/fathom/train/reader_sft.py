@@ -1,0 +1,62 @@
+"""SFT examples for the reader role: an `llm()` prompt with its chunk -> the short answer.
+
+While SFT transcripts are collected, `RecordingSubLM` keeps every request the scripted reader answers
+(the task layer reading a chunk: `fathom.policies.readers`), so the replies are gold. `reader_example`
+renders one as the policy's own sub-LM sees it when it answers `llm()` in training and evaluation
+(`fathom.rollout.engine.EngineSubLM._encode`: the chunk cut in tokens to fit ``max_input_tokens``, one user
+message under the system line ``"Answer briefly and exactly."``) followed by the reply's tokens and the
+end-of-turn token, with loss on the reply only. A test keeps the prompt token-exact with `EngineSubLM`.
+
+This module does not train; `fathom.train.sft` mixes these rows into its dataset (``sft.reader_ratio``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from fathom.env.sublm import SubLM, SubLMReply, SubLMRequest, render_request
+from fathom.rollout.chat import ChatFormat
+
+SUB_SYSTEM = "Answer briefly and exactly."  # EngineSubLM's system line
+TEMPLATE_ROOM = 64  # tokens EngineSubLM leaves for the chat template around prompt and chunk
+
+
+class RecordingSubLM:
+    """Forwards `llm()` requests to `inner` and keeps (prompt, chunk, reply) of each."""
+
+    def __init__(self, inner: SubLM) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, str]] = []
+
+    async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
+        replies = await self.inner.complete(requests)
+        for req, rep in zip(requests, replies, strict=True):
+            self.calls.append({"prompt": req.prompt, "chunk": req.chunk, "reply": rep.text})
+        return replies
+
+
+def reader_prompt_ids(chat: ChatFormat, prompt: str, chunk: str, max_input_tokens: int) -> list[int]:
+    """The ids the policy reads when it answers ``llm(prompt, chunk)`` as its own sub-LM."""
+    tok = chat.tokenizer
+    ids = tok.encode(chunk, add_special_tokens=False)
+    room = max_input_tokens - len(tok.encode(prompt, add_special_tokens=False)) - TEMPLATE_ROOM
+    cut = SubLMRequest(prompt, tok.decode(ids[: max(0, room)]))
+    return chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+
+
+def reader_example(chat: ChatFormat, call: dict[str, str], max_input_tokens: int) -> dict[str, list[int]]:
+    """A pre-tokenized SFT row (``input_ids``, ``assistant_masks``) for one recorded reader call."""
+    prompt = reader_prompt_ids(chat, call["prompt"], call["chunk"], max_input_tokens)
+    reply = [*chat.tokenizer.encode(call["reply"].strip(), add_special_tokens=False), chat.eos_id]
+    return {"input_ids": prompt + reply, "assistant_masks": [0] * len(prompt) + [1] * len(reply)}
+
+
+def reader_examples(
+    chat: ChatFormat, calls: list[dict[str, Any]], max_input_tokens: int, n: int, seed: int
+) -> list[dict[str, list[int]]]:
+    """`n` examples drawn without replacement (all of them if there are fewer), duplicates removed first."""
+    unique = list({(c["prompt"], c["chunk"], c["reply"]): c for c in calls}.values())
+    picked = random.Random(seed).sample(unique, min(n, len(unique)))
+    return [reader_example(chat, c, max_input_tokens) for c in picked]

@@ -1,0 +1,35 @@
+"""Reader-role SFT rows are token-exact with what the policy's own sub-LM reads for the same llm() call."""
+
+from __future__ import annotations
+
+from fathom.env.sublm import SubLMRequest
+from fathom.models import ModelSpec, load_tokenizer
+from fathom.rollout import ChatFormat, EngineSubLM, Sampling
+from fathom.train.reader_sft import reader_example, reader_examples
+
+
+def test_reader_rows_match_the_sub_lm_prompt_token_for_token():
+    chat = ChatFormat(load_tokenizer(ModelSpec(name="tiny-smol")))
+    call = {
+        "prompt": "Classify each line below into one category: a, b.",
+        "chunk": "what is x?\n" * 400,
+        "reply": "a\nb",
+    }
+    for max_input in (2048, 256):  # 256 cuts the chunk: the cut must be the sub-LM's own
+        sub = EngineSubLM(None, chat, Sampling(), max_input)  # type: ignore[arg-type] (only encodes)
+        want = sub._encode(SubLMRequest(call["prompt"], call["chunk"]))
+        row = reader_example(chat, call, max_input)
+        n = len(want)
+        assert row["input_ids"][:n] == want
+        reply = chat.tokenizer.encode("a\nb", add_special_tokens=False)
+        assert row["input_ids"][n:] == [*reply, chat.eos_id]
+        assert row["assistant_masks"] == [0] * n + [1] * (len(reply) + 1)
+        assert chat.turn_text(row["input_ids"][n:]).strip() == "a\nb"
+    assert len(want) < len(reader_example(chat, call, 2048)["input_ids"])
+
+
+def test_reader_examples_dedupe_and_sample():
+    chat = ChatFormat(load_tokenizer(ModelSpec(name="tiny-smol")))
+    calls = [{"prompt": f"q{i % 3}", "chunk": "c", "reply": "r"} for i in range(9)]
+    assert len(reader_examples(chat, calls, 512, 10, seed=0)) == 3
+    assert len(reader_examples(chat, calls, 512, 2, seed=0)) == 2
