@@ -22,6 +22,7 @@ from fathom.tasks.logs import (
     RID,
     SERVICE,
     Entry,
+    doc_chars,
     draw_entries,
     draw_style,
     line_chars,
@@ -113,7 +114,7 @@ def generate_next(seed: int, length_tokens: int, difficulty: str, corpora: Corpo
     style = draw_style(rng, difficulty)
     names = services(rng, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
     messages = formats.lines_from(corpora, "fortunes")
-    n_chars = formats.chars_for(length_tokens, "logs_next")
+    n_chars = doc_chars(length_tokens, "logs_next", style)
     picks = draw_entries(rng, n_chars, line_chars(style, messages), names, None)
     entries = timeline(rng, picks)
     service = rng.choice(names)
