@@ -29,7 +29,7 @@ LENGTHS = (2048, 4096)
 
 
 def test_the_seven_families_are_registered():
-    assert set(FAMILIES) == {"niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"}
+    assert {"niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"} <= set(FAMILIES)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

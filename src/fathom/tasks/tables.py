@@ -312,7 +312,8 @@ def solve_agg(question: str, document: str) -> int | float:
 def wrong_agg(task: Task, document: str) -> list[int | float | str]:
     gold = task.answer
     assert isinstance(gold, int | float)
-    return [gold + 1, gold - 1, gold * 2 + 3, round(gold * 1.1 + 2, 2), "none"]
+    candidates = [gold + 1, gold - 1, gold * 2 + 3, round(gold * 1.1 + 2, 2), "none"]
+    return [w for w in candidates if w != gold]
 
 
 FAMILY = Family(
