@@ -128,7 +128,13 @@ def _corpora(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    families = _choices(args.families, SEEN_FAMILIES, "families (unseen ones go with --unseen-families)")
+    unseen_asked = sorted(set(_items(args.families)) & set(UNSEEN_FAMILIES))
+    if unseen_asked:
+        raise SystemExit(
+            f"unknown families: {', '.join(unseen_asked)} are unseen families, kept out of train/eval/heldout "
+            "(give them with --unseen-families)"
+        )
+    families = _choices(args.families, SEEN_FAMILIES, "families")
     unseen = _choices(args.unseen_families, UNSEEN_FAMILIES, "unseen families")
     difficulties = _choices(args.difficulties, DIFFICULTIES, "difficulties")
     specs = []
