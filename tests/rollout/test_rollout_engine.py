@@ -7,12 +7,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fathom.env import EnvConfig, RLMEnvironment
-from fathom.env.expert import expert_reader
+from fathom.env.expert import EXPERTS, expert_reader
 from fathom.models import tiny_model_dir
 from fathom.rollout import ChatFormat, EngineSubLM, HFBackend, RolloutConfig, RolloutEngine, Sampling
 from fathom.rollout.policies import ScriptedBackend, expert_backend
 from fathom.sandbox import SandboxConfig
-from fathom.tasks import FAMILIES, generate_task
+from fathom.tasks import generate_task
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_tiny_model_rollouts_are_token_exact(tiny, tasks):
 def test_budget_stops_episode_and_expert_runs_through_the_engine(tiny):
     _, tok = tiny
     chat = ChatFormat(tok)
-    tasks = [generate_task(f, 3, 8192) for f in sorted(FAMILIES)]
+    tasks = [generate_task(f, 3, 8192) for f in sorted(EXPERTS)]  # the families it has a program for
     reader = expert_reader()
     engine = RolloutEngine(
         expert_backend(chat, tasks), chat, lambda: RLMEnvironment(EnvConfig(), sub_lm=reader)
