@@ -301,7 +301,7 @@ COUNT_KINDS = {
         _S,
     ),
 }
-COUNT_WEIGHTS = (0.45, 0.3, 0.25)
+COUNT_WEIGHTS = (0.5, 0.4, 0.1)  # yes/no is a coin flip for a blind policy: keep it rare
 
 
 def _cutoff_text(second: int) -> str:
