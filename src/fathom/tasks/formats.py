@@ -8,9 +8,9 @@
   ascending run of instants.
 - `case_style` / `styled`: snake, kebab, camel, upper and title spellings of one multi-word name.
 - `fill_to(n_chars, make)`: lines from `make()` until they add up to `n_chars`.
-- `RATES`: characters per Qwen2.5 token of each family's documents, measured with the real tokenizer
-  (`python bench/tasks.py --families ... --calibrate-structured` re-measures; the token-estimate test
-  checks 15%).
+- `RATES`: characters per Qwen2.5 token of each family's documents, measured once with the real
+  tokenizer over 8 documents of 32K tokens per family (bench/tasks.py prints the tokenizer's count next
+  to each family's; tests/tasks/test_tasks_tokens.py checks every family within 15%).
 
 This module knows no family and writes no task; families-b may reuse it for its own shapes.
 """
