@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     _stage(console, "1/6 data", [
         "data", "build", "--out", str(data), "--seed", str(args.seed), "--train", "0", "--eval", "0",
         "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths, "--difficulties", "medium",
+        "--heldout-unseen", str(args.heldout), "--heldout-unseen-lengths", *args.lengths,
     ])  # fmt: skip
     common = ["--tasks", str(heldout), "--overwrite"]
     _stage(

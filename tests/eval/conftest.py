@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fathom.tasks import FAMILIES, Corpora, build_corpora, generate_task, write_tasks
+from fathom.policies.expert import EXPERTS
+from fathom.tasks import Corpora, build_corpora, generate_task, write_tasks
 from fathom.tasks.corpora import DEFAULT_CORPORA_DIR
 
 
@@ -23,7 +24,7 @@ def heldout_file(corpora: Corpora, tmp_path_factory: pytest.TempPathFactory) -> 
     tasks = [
         generate_task(family, seed, length, corpora=corpora)
         for length in (8192, 32768, 131072)
-        for seed, family in enumerate(sorted(FAMILIES))
+        for seed, family in enumerate(sorted(EXPERTS))  # the families the expert has a program for
     ]
     write_tasks(path, tasks)
     return path

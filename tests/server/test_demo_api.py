@@ -17,11 +17,12 @@ import pytest
 from server_support import REPO, running_server, wait_healthy
 
 from fathom.cli import build_parser
+from fathom.policies.expert import EXPERTS
 from fathom.server import ServerConfig, create_app
 from fathom.server.demo import CSP, DemoConfig
 from fathom.server.demo_cli import demo_config
 from fathom.server.demo_runs import load_demo_model
-from fathom.tasks import FAMILIES, generate_task
+from fathom.tasks import generate_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trace-runs"
 Event = tuple[str, dict[str, Any]]
@@ -77,7 +78,7 @@ def test_expert_niah_streams_every_piece(url):
     assert active(url) == 0  # the episode's slot is back
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(EXPERTS))  # the families the expert has a program for
 def test_expert_solves_every_family(url, family):
     events = run(url, {"generated": {"family": family, "length_tokens": 4096, "seed": 1}})
     end = events[-1][1]

@@ -17,7 +17,7 @@ from server_support import alive, descendants, niah_turns, normalise, running_se
 from websockets.sync.client import connect
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, ScriptedSubLM
-from fathom.policies.expert import expert_turn
+from fathom.policies.expert import EXPERTS, expert_turn
 from fathom.policies.readers import expert_reader, keyword_reader
 from fathom.server import (
     AsyncFathomClient,
@@ -27,7 +27,7 @@ from fathom.server import (
     ServerError,
     create_app,
 )
-from fathom.tasks import FAMILIES, generate_task
+from fathom.tasks import generate_task
 
 LENGTH = 2048
 
@@ -107,7 +107,7 @@ def expert_url():
         yield base_url
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(EXPERTS))  # the families the expert has a program for
 def test_expert_episode_is_the_same_everywhere(expert_url, family):
     task = generate_task(family, 1, LENGTH)
     env = RLMEnvironment(EnvConfig(), sub_lm=expert_reader())

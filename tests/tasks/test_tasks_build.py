@@ -9,11 +9,12 @@ import json
 import pytest
 
 from fathom.cli import main
-from fathom.tasks import FAMILIES, build, load_tasks, validate_task
+from fathom.tasks import SEEN_FAMILIES, build, load_tasks, validate_task
 from fathom.tasks.build import SplitSpec, build_dataset, check_disjoint, task_seed
 from fathom.tasks.haystack import parse_length
 
-ARGS = ["--train", "14", "--eval", "7", "--heldout", "7", "--lengths", "2K", "--heldout-lengths", "3K,4K"]
+ARGS = ["--train", "14", "--eval", "7", "--heldout", "7", "--heldout-unseen", "6"]
+ARGS += ["--lengths", "2K", "--heldout-lengths", "3K,4K"]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_two_builds_are_byte_identical(built, tmp_path):
 def test_splits_have_the_asked_sizes_lengths_and_all_families(built):
     splits = {name: load_tasks(built / f"{name}.jsonl") for name in ("train", "eval", "heldout")}
     assert {k: len(v) for k, v in splits.items()} == {"train": 14, "eval": 7, "heldout": 7}
-    assert {t.family for t in splits["train"]} == set(FAMILIES)
+    assert {t.family for t in splits["train"]} == set(SEEN_FAMILIES)
     assert {t.length_tokens for t in splits["train"] + splits["eval"]} == {2048}
     assert {t.length_tokens for t in splits["heldout"]} == {3072}  # 7 tasks: one family cycle per length
     for task in splits["heldout"]:
@@ -128,7 +129,8 @@ def test_build_json_records_parameters_and_corpora(built):
 
 def test_rebuild_removes_stale_documents(tmp_path, corpora):
     out = tmp_path / "d"
-    small = ["--no-progress", "--train", "3", "--eval", "1", "--heldout", "1", "--lengths", "2K"]
+    small = ["--no-progress", "--train", "3", "--eval", "1", "--heldout", "1", "--heldout-unseen", "0"]
+    small += ["--lengths", "2K"]
     assert main(["data", "build", "--out", str(out), *small, "--train", "9"]) == 0
     assert len(list((out / "docs").glob("*.txt"))) == 11
     assert main(["data", "build", "--out", str(out), *small]) == 0

@@ -5,12 +5,14 @@ Public API::
     FAMILIES: dict[str, Family]          # name -> family (generate / solve / wrong_answers / validate)
     generate_task(family, seed, length_tokens, difficulty="medium", corpora=None) -> Task   # inline doc
     validate_task(task, document=None) -> None        # raises InvalidTaskError
+    UNSEEN_FAMILIES / SEEN_FAMILIES; refuse_unseen(families, where)   # the unseen split's families
     load_tasks(path) -> list[Task]                    # raises TaskFileError naming every bad line
     write_tasks(path, tasks, docs_dir="docs", inline_max_chars=0) -> list[Task]
     Task.read_document(base_dir=None) -> str; Task.document_file(base_dir=None) -> Path | None
 
-Families: niah, multikey, vartrack, oolong, pairs, babi, keychain (each module's docstring gives its
-formats and what an expert policy uses). Corpora are built by `fathom data corpora`
+Families: niah, multikey, vartrack, oolong, pairs, babi, keychain, and the structured-document ones
+(logs_count, logs_next, table_aggregate, table_compare, jsonl_lookup, jsonl_join, code_calls, code_value,
+config_lookup, config_sections); each module's docstring gives its formats and what an expert uses. Corpora are built by `fathom data corpora`
 (`fathom.tasks.corpora`); datasets by `fathom data build` (`fathom.tasks.build`).
 
 This package does not score model answers (see `fathom.reward.metrics`) or run documents in a sandbox.
@@ -18,8 +20,10 @@ This package does not score model answers (see `fathom.reward.metrics`) or run d
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+from fathom.reward.metrics import score
 from fathom.tasks import babi, keychain, multikey, niah, oolong, pairs, vartrack
 from fathom.tasks.corpora import CorpusMissingError, build_corpora
 from fathom.tasks.family import DEFAULT_DIFFICULTY, DIFFICULTIES, Family, InvalidTaskError
@@ -32,6 +36,7 @@ FAMILIES: dict[str, Family] = {
 
 # ---- structured-document families (branch families-a): logs, tables, JSON lines, source, configs ----
 from fathom.tasks import (  # noqa: E402 (the registry reads better in one block)
+    code,
     configs,
     jsonl,
     jsonl_join,
@@ -48,6 +53,7 @@ STRUCTURED_FAMILIES: tuple[Family, ...] = (
     table_compare.FAMILY,
     jsonl.FAMILY,
     jsonl_join.FAMILY,
+    *code.FAMILIES,
     *configs.FAMILIES,
 )
 FAMILIES.update({f.name: f for f in STRUCTURED_FAMILIES})
@@ -59,6 +65,39 @@ from fathom.tasks import chat, mail  # noqa: E402 (kept in one block so the fami
 FAMILIES_B: tuple[Family, ...] = (*chat.FAMILIES, *mail.FAMILIES)
 FAMILIES.update({f.name: f for f in FAMILIES_B})
 # --- end families-b ---
+
+
+# ---- unseen families: the headline split ----------------------------------------------------------
+# No SFT or GRPO data ever use these: `fathom data build` writes them only to heldout_unseen.jsonl, and
+# training task sources (`fathom.train.tasksource.TaskSource`) refuse them. Edit the names here only; a
+# name that is not a registered family fails at import.
+UNSEEN_FAMILIES: tuple[str, ...] = (
+    "logs_count",  # log files: count / existence (the whole log shape is unseen)
+    "logs_next",  # log files: previous / next
+    "table_compare",  # CSV/TSV: compare groups, existence, arg-max
+    "jsonl_join",  # JSONL + CSV bundle: multi-hop joins, id lists
+    "config_sections",  # config files: list / count / existence
+    "code_calls",  # source code: list the callers of a function
+)
+_missing = sorted(set(UNSEEN_FAMILIES) - set(FAMILIES))
+if _missing:
+    raise ImportError(f"UNSEEN_FAMILIES names unregistered families: {', '.join(_missing)}")
+# Every family that training may use, in registry order.
+SEEN_FAMILIES: tuple[str, ...] = tuple(name for name in FAMILIES if name not in UNSEEN_FAMILIES)
+
+
+class UnseenFamilyError(ValueError):
+    """Training or SFT data were about to use a family kept for the unseen split."""
+
+
+def refuse_unseen(families: Iterable[str], where: str) -> None:
+    """Raise `UnseenFamilyError` if any of `families` is an unseen family (`where` names the source)."""
+    found = sorted(set(families) & set(UNSEEN_FAMILIES))
+    if found:
+        raise UnseenFamilyError(
+            f"{where} uses unseen families {', '.join(found)}: these are kept out of all training data "
+            "(fathom.tasks.UNSEEN_FAMILIES); evaluate them with heldout_unseen.jsonl"
+        )
 
 
 def generate_task(
@@ -83,27 +122,42 @@ def generate_task(
 
 
 def validate_task(task: Task, document: str | None = None) -> None:
-    """Run the task's family `validate()`; raises InvalidTaskError (or KeyError for unknown families)."""
-    if task.family not in FAMILIES:
-        raise KeyError(f"unknown family {task.family!r}; known: {', '.join(FAMILIES)}")
-    FAMILIES[task.family].validate(task, document)
+    """Run the task's family `validate()`; raises InvalidTaskError.
+
+    A task of a family that no generator knows (a hand-written "custom" task) gets the checks that need
+    no generator: its gold scores 1.0 against itself and `length_chars` is its document's length.
+    """
+    if task.family in FAMILIES:
+        FAMILIES[task.family].validate(task, document)
+        return
+    if score(task.metric, task.answer, task.answer) != 1.0:
+        raise InvalidTaskError(
+            f"{task.id}: the gold answer {task.answer!r} does not score 1.0 against itself"
+        )
+    text = task.read_document() if document is None else document
+    if len(text) != task.length_chars:
+        raise InvalidTaskError(f"{task.id}: length_chars {task.length_chars} != document length {len(text)}")
 
 
 __all__ = [
     "DIFFICULTIES",
     "FAMILIES",
+    "SEEN_FAMILIES",
+    "UNSEEN_FAMILIES",
     "Corpora",
     "CorpusMissingError",
     "Family",
     "InvalidTaskError",
     "Task",
     "TaskFileError",
+    "UnseenFamilyError",
     "build_corpora",
     "estimate_tokens",
     "generate_task",
     "load_tasks",
     "parse_length",
     "read_task_file",
+    "refuse_unseen",
     "validate_task",
     "write_tasks",
 ]

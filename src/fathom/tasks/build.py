@@ -3,6 +3,7 @@
 Layout of the output folder::
 
     train.jsonl  eval.jsonl  heldout.jsonl     one task per line (`fathom.tasks.schema`)
+    heldout_unseen.jsonl                       tasks of the unseen families only (`UNSEEN_FAMILIES`)
     docs/<id>.txt                              every document, referenced by `document_path`
     build.json                                 the build's parameters and the corpora digests
 
@@ -14,6 +15,9 @@ whose document or question text is already used anywhere in the build (any split
 redrawn with the next attempt, and `check_disjoint` verifies both. Every family's questions name
 something of their own document (a random key, a value, the record count and date span, the story's fact
 count), so redraws are rare.
+
+Train, eval and heldout (in-distribution) draw only from `SEEN_FAMILIES`; ``heldout_unseen`` only from
+`UNSEEN_FAMILIES`, which no training data may use: `build_dataset` refuses a spec that mixes them up.
 
 The same arguments and corpora give byte-identical files. Stale ``docs/*.txt`` from earlier builds into
 the same folder are removed. This module does not parse command lines (see `fathom.tasks.cli`).
@@ -29,18 +33,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fathom.tasks import FAMILIES, generate_task, validate_task
+from fathom.tasks import SEEN_FAMILIES, UNSEEN_FAMILIES, generate_task, refuse_unseen, validate_task
 from fathom.tasks.corpora import read_manifest
 from fathom.tasks.family import DIFFICULTIES
 from fathom.tasks.haystack import Corpora
 from fathom.tasks.schema import Task, write_tasks
 
-SPLITS = ("train", "eval", "heldout")
-DEFAULT_COUNTS = {"train": 1000, "eval": 200, "heldout": 500}
+SPLITS = ("train", "eval", "heldout", "heldout_unseen")
+UNSEEN_SPLIT = "heldout_unseen"
+DEFAULT_COUNTS = {"train": 1000, "eval": 200, "heldout": 500, "heldout_unseen": 300}
 DEFAULT_LENGTHS = {
     "train": (8192, 16384, 32768),
     "eval": (8192, 16384, 32768),
     "heldout": (8192, 32768, 131072),  # add 1M with --heldout-lengths 8K,32K,128K,1M
+    "heldout_unseen": (8192, 32768, 131072),
 }
 DOCS_DIR = "docs"
 MAX_ATTEMPTS = 100
@@ -51,8 +57,21 @@ class SplitSpec:
     name: str
     count: int
     lengths: tuple[int, ...]
-    families: tuple[str, ...] = tuple(FAMILIES)
+    families: tuple[str, ...] = ()  # empty: SEEN_FAMILIES, or UNSEEN_FAMILIES for the unseen split
     difficulties: tuple[str, ...] = DIFFICULTIES
+
+    def __post_init__(self) -> None:
+        if not self.families:
+            default = UNSEEN_FAMILIES if self.name == UNSEEN_SPLIT else SEEN_FAMILIES
+            object.__setattr__(self, "families", default)
+        if self.name == UNSEEN_SPLIT:
+            seen = sorted(set(self.families) - set(UNSEEN_FAMILIES))
+            if seen:
+                raise ValueError(
+                    f"the {UNSEEN_SPLIT} split takes only unseen families, not {', '.join(seen)}"
+                )
+        else:
+            refuse_unseen(self.families, f"split {self.name!r}")
 
     def cell(self, index: int) -> tuple[str, int, str]:
         """(family, length, difficulty) of task `index`; families vary fastest, then difficulty."""

@@ -1,9 +1,10 @@
 """`fathom data`: build corpora, build datasets, check and show task files.
 
     fathom data corpora [--dir DIR] [--force]
-    fathom data build --out DIR [--seed S] [--train N] [--eval N] [--heldout N] [--families F ...]
+    fathom data build --out DIR [--seed S] [--train N] [--eval N] [--heldout N] [--heldout-unseen N]
+                      [--families F ...] [--unseen-families F ...]
                       [--lengths L ...] [--train-lengths L ...] [--eval-lengths L ...]
-                      [--heldout-lengths L ...]
+                      [--heldout-lengths L ...] [--heldout-unseen-lengths L ...]
                       [--difficulties D ...] [--corpora DIR] [--no-validate] [--no-progress]
     fathom data check FILE [FILE ...] [--validate]
     fathom data show FILE [--id ID] [--chars N]
@@ -19,8 +20,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from fathom.tasks import FAMILIES, generate_task, validate_task
-from fathom.tasks.build import DEFAULT_COUNTS, DEFAULT_LENGTHS, SPLITS, SplitSpec, build_dataset
+from fathom.tasks import FAMILIES, SEEN_FAMILIES, UNSEEN_FAMILIES, generate_task, validate_task
+from fathom.tasks.build import (
+    DEFAULT_COUNTS,
+    DEFAULT_LENGTHS,
+    SPLITS,
+    UNSEEN_SPLIT,
+    SplitSpec,
+    build_dataset,
+)
 from fathom.tasks.corpora import DEFAULT_CORPORA_DIR, CorpusMissingError, build_corpora
 from fathom.tasks.family import DEFAULT_DIFFICULTY, DIFFICULTIES, InvalidTaskError
 from fathom.tasks.haystack import Corpora, format_length, parse_length
@@ -50,23 +58,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild even if the manifest matches")
     p.set_defaults(func=_corpora)
 
-    p = sub.add_parser("build", help="write train/eval/heldout task files and their documents")
+    p = sub.add_parser("build", help="write train/eval/heldout/heldout_unseen task files and their documents")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0, help="dataset seed (default %(default)s)")
     for split in SPLITS:
         p.add_argument(
-            f"--{split}",
+            f"--{split.replace('_', '-')}",
             type=int,
             default=DEFAULT_COUNTS[split],
             help="number of tasks (default %(default)s)",
         )
-    p.add_argument("--families", nargs="+", help=f"families (default all: {', '.join(FAMILIES)})")
+    p.add_argument(
+        "--families",
+        nargs="+",
+        help=f"families of train/eval/heldout (default every seen one: {', '.join(SEEN_FAMILIES)})",
+    )
+    p.add_argument(
+        "--unseen-families",
+        nargs="+",
+        help=f"families of heldout_unseen (default all unseen: {', '.join(UNSEEN_FAMILIES)})",
+    )
     p.add_argument("--difficulties", nargs="+", help=f"difficulties (default all: {', '.join(DIFFICULTIES)})")
     p.add_argument("--lengths", nargs="+", help="lengths in tokens for every split, e.g. 8K 32K 1M")
     for split in SPLITS:
         default = " ".join(format_length(n) for n in DEFAULT_LENGTHS[split])
         p.add_argument(
-            f"--{split}-lengths", nargs="+", help=f"lengths of the {split} split (default {default})"
+            f"--{split.replace('_', '-')}-lengths",
+            nargs="+",
+            help=f"lengths of the {split} split (default {default})",
         )
     p.add_argument(
         "--corpora", type=Path, default=DEFAULT_CORPORA_DIR, help="corpora folder (default %(default)s)"
@@ -109,13 +128,21 @@ def _corpora(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    families = _choices(args.families, tuple(FAMILIES), "families")
+    unseen_asked = sorted(set(_items(args.families)) & set(UNSEEN_FAMILIES))
+    if unseen_asked:
+        raise SystemExit(
+            f"unknown families: {', '.join(unseen_asked)} are unseen families, kept out of train/eval/heldout "
+            "(give them with --unseen-families)"
+        )
+    families = _choices(args.families, SEEN_FAMILIES, "families")
+    unseen = _choices(args.unseen_families, UNSEEN_FAMILIES, "unseen families")
     difficulties = _choices(args.difficulties, DIFFICULTIES, "difficulties")
     specs = []
     for split in SPLITS:
         raw = _items(getattr(args, f"{split}_lengths")) or _items(args.lengths)
         lengths = tuple(parse_length(x) for x in raw) or DEFAULT_LENGTHS[split]
-        specs.append(SplitSpec(split, getattr(args, split), lengths, families, difficulties))
+        chosen = unseen if split == UNSEEN_SPLIT else families
+        specs.append(SplitSpec(split, getattr(args, split), lengths, chosen, difficulties))
     try:
         result = build_dataset(
             args.out,

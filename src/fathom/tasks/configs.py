@@ -58,14 +58,15 @@ SYNTAXES = ("ini", "toml", "yaml")
 _SECTION = r"[a-z]+\.[a-z]+-\d+"
 
 
-def section_names(rng: random.Random, n: int) -> list[str]:
-    names: set[str] = set()
-    while len(names) < n:
-        base = f"{rng.choice(KINDS)}.{rng.choice(REGIONS)}-{rng.randint(1, 99)}"
-        names.add(base if rng.random() < 0.6 else base + str(rng.randint(0, 9)))  # eu-3 / eu-30
-    out = sorted(names)
-    rng.shuffle(out)
-    return out
+def section_name(rng: random.Random, taken: set[str]) -> str:
+    """A new ``kind.region-N`` name; four in ten get one more digit (eu-3 / eu-30: look-alikes)."""
+    while True:
+        name = f"{rng.choice(KINDS)}.{rng.choice(REGIONS)}-{rng.randint(1, 99)}"
+        if rng.random() < 0.4:
+            name += str(rng.randrange(10))
+        if name not in taken:
+            taken.add(name)
+            return name
 
 
 def render_value(value: Any, syntax: str) -> str:
@@ -78,6 +79,7 @@ def render(rng: random.Random, sections: dict[str, dict[str, Any]], syntax: str,
     sep = {"ini": " = ", "toml": " = ", "yaml": ": "}[syntax]
     mark = ";" if syntax == "ini" else "#"
     pad = "  " if syntax == "yaml" else ""
+    names = {words: key_name(words, case) for words in (*KEYS, "inherits")}
     out = []
     for name, keys in sections.items():
         out.append(f"{name}:" if syntax == "yaml" else f"[{name}]")
@@ -86,8 +88,8 @@ def render(rng: random.Random, sections: dict[str, dict[str, Any]], syntax: str,
                 out.append(pad + f"{mark} " + rng.choice(comments))
             if rng.random() < 0.03:  # a commented-out setting: a trap for grep
                 rare = RARE.get(words, value) if isinstance(words, tuple) else value
-                out.append(pad + f"{mark} {key_name(words, case)}{sep}{render_value(rare, syntax)}")
-            out.append(pad + key_name(words, case) + sep + render_value(value, syntax))
+                out.append(pad + f"{mark} {names[words]}{sep}{render_value(rare, syntax)}")
+            out.append(pad + names[words] + sep + render_value(value, syntax))
         out.append("")
     return "\n".join(out)
 
@@ -139,13 +141,15 @@ def build(rng: random.Random, family: str, length_tokens: int, difficulty: str, 
     comments = formats.lines_from(corpora, "fortunes")
     n_chars = formats.chars_for(length_tokens, family)
     mean_comment = sum(len(c) for c in comments[::50]) / len(comments[::50])
-    names = section_names(rng, max(12, n_chars // 120))
+    names: list[str] = []
+    taken: set[str] = set()
     sections: dict[str, dict[Any, Any]] = {}
     total = 0.0
-    for i, name in enumerate(names):
-        if total >= n_chars and i >= 12:
-            break
-        keys = rng.sample(list(KEYS), rng.randint(5, 8))
+    key_list = list(KEYS)
+    while total < n_chars or len(names) < 12:
+        i, name = len(names), section_name(rng, taken)
+        names.append(name)
+        keys = rng.sample(key_list, rng.randint(5, 8))
         sections[name] = {k: KEYS[k](rng) for k in keys}
         if i > 2 and rng.random() < 0.2:
             sections[name]["inherits"] = rng.choice(names[:i])
@@ -247,7 +251,7 @@ SECTION_KINDS = {
         _S,
     ),
 }
-SECTION_WEIGHTS = (0.4, 0.35, 0.25)
+SECTION_WEIGHTS = (0.45, 0.45, 0.1)  # yes/no is a coin flip for a blind policy: keep it rare
 
 
 def sections_answer(kind: str, config: dict[str, dict[str, str]], s: dict[str, str]) -> Any:

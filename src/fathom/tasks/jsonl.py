@@ -75,6 +75,21 @@ CITIES = {
 PLANS = ("free", "pro", "team", "enterprise")
 DOMAINS = ("example.org", "mail.test", "inbox.example", "corp.test")
 FIELDS = ("email", "plan", "address.city", "address.country", "score", "signup_date")
+KEYS = (
+    "id",
+    "name",
+    "email",
+    "plan",
+    "address",
+    "score",
+    "active",
+    "signup_date",
+    "phone",
+    "tags",
+    "nickname",
+)
+_CAMEL = {k: formats.styled(k.split("_"), "camel") for k in KEYS}
+_SNAKE = {v: k for k, v in _CAMEL.items()}
 
 
 class Style:
@@ -85,7 +100,7 @@ class Style:
         self.truncated = {"easy": 0.0, "medium": 0.003, "hard": 0.01}[difficulty]
 
     def key(self, name: str) -> str:
-        return formats.styled(name.split("_"), "camel") if self.camel else name
+        return _CAMEL.get(name, name) if self.camel else name
 
 
 def make_user(rng: random.Random, uid: int, n: int) -> dict[str, Any]:
@@ -137,7 +152,7 @@ def render_user(rng: random.Random, user: dict[str, Any], style: Style, cut: boo
     seps = (",", ":") if style.compact else (", ", ": ")
     line = json.dumps(dict(items), separators=seps, ensure_ascii=False)
     if cut and rng.random() < style.truncated:
-        return line[: rng.randrange(10, len(line) - 5)]
+        return line[: rng.randrange(10, len(line) - 5)].rstrip("}")  # see `whole`
     return line
 
 
@@ -159,10 +174,9 @@ def make_users(
 
 def _plain(obj: dict[str, Any]) -> dict[str, Any]:
     """A parsed record with camelCase keys back in snake_case (nested keys are one word)."""
-    out = {}
-    for k, v in obj.items():
-        out["".join("_" + c.lower() if c.isupper() else c for c in k)] = v
-    return out
+    return {
+        _SNAKE.get(k) or "".join("_" + c.lower() if c.isupper() else c for c in k): v for k, v in obj.items()
+    }
 
 
 def read_users(text: str) -> list[dict[str, Any]]:
@@ -185,14 +199,8 @@ def field(user: dict[str, Any], path: str) -> Any:
 
 
 def whole(lines: list[str]) -> list[bool]:
-    ok = []
-    for line in lines:
-        try:
-            json.loads(line)
-            ok.append(True)
-        except json.JSONDecodeError:
-            ok.append(False)
-    return ok
+    """Which rendered lines are whole objects: a truncated one is cut so that it never ends in "}"."""
+    return [line.endswith("}") for line in lines]
 
 
 _L = {
@@ -274,7 +282,7 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     shown = {**s, "field": style.key(s["field"]) if "." not in s["field"] else s["field"]}
     question = LOOKUP_KINDS[kind].write(rng, **shown)
     document = "\n".join(lines) + "\n"
-    answer = answer_of(kind, read_users(document), s)
+    answer = answer_of(kind, [u for u, good in zip(users, ok, strict=True) if good], s)
     meta = {"kind": kind, "users": len(users), "camel": style.camel, "compact": style.compact}
     return make_task(
         "jsonl_lookup", seed, length_tokens, difficulty, question, answer, "exact", document, meta

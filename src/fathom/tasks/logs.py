@@ -82,6 +82,9 @@ LAYOUTS = {
         r'^time="(?P<ts>{ts})" level=(?P<level>[A-Za-z]+) service=(?P<service>{svc}) rid=(?P<rid>{rid}) ',
     ),
 }
+# Chars per token differ by layout and timestamp style (measured with the Qwen2.5 tokenizer): added to
+# formats.RATES[family] when sizing a document.
+RATE_SHIFT = {"bracket": 0.0, "logfmt": 0.1, "padded": -0.04, "syslog": -0.17, "syslog-ts": 0.39}
 TRACEBACK = (
     "Traceback (most recent call last):",
     '  File "/srv/app/handlers.py", line {n}, in handle',
@@ -219,6 +222,15 @@ def parse_entries(document: str) -> list[Entry]:
     return out
 
 
+def doc_chars(length_tokens: int, family: str, style: Style) -> int:
+    rate = (
+        formats.RATES[family]
+        + RATE_SHIFT[style.layout]
+        + (RATE_SHIFT["syslog-ts"] if style.ts == "syslog" else 0)
+    )
+    return round(length_tokens * rate)
+
+
 def line_chars(style: Style, messages: tuple[str, ...]) -> float:
     """The mean rendered length of an entry of this style, noise included (to size documents)."""
     stamp = formats.TIMESTAMPS[style.ts][0]
@@ -289,7 +301,7 @@ COUNT_KINDS = {
         _S,
     ),
 }
-COUNT_WEIGHTS = (0.45, 0.3, 0.25)
+COUNT_WEIGHTS = (0.5, 0.4, 0.1)  # yes/no is a coin flip for a blind policy: keep it rare
 
 
 def _cutoff_text(second: int) -> str:
@@ -304,7 +316,7 @@ def generate_count(seed: int, length_tokens: int, difficulty: str, corpora: Corp
     names = services(rng, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
     service, level = rng.choice(names), rng.choice(("DEBUG", "WARN", "ERROR"))
     messages = formats.lines_from(corpora, "fortunes")
-    n_chars = formats.chars_for(length_tokens, "logs_count")
+    n_chars = doc_chars(length_tokens, "logs_count", style)
     picks = draw_entries(rng, n_chars, line_chars(style, messages), names, (level, service))
     k = 0 if kind == "exists" and rng.random() < 0.5 else rng.randint(1, max(3, min(60, len(picks) // 6)))
     for _ in range(k):

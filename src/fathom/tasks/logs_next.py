@@ -22,6 +22,7 @@ from fathom.tasks.logs import (
     RID,
     SERVICE,
     Entry,
+    doc_chars,
     draw_entries,
     draw_style,
     line_chars,
@@ -113,20 +114,22 @@ def generate_next(seed: int, length_tokens: int, difficulty: str, corpora: Corpo
     style = draw_style(rng, difficulty)
     names = services(rng, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
     messages = formats.lines_from(corpora, "fortunes")
-    n_chars = formats.chars_for(length_tokens, "logs_next")
+    n_chars = doc_chars(length_tokens, "logs_next", style)
     picks = draw_entries(rng, n_chars, line_chars(style, messages), names, None)
     entries = timeline(rng, picks)
-    service = rng.choice(names)
-    # An anchor with a same-service entry on both sides, at least two entries away (not simply adjacent).
-    anchors = [
-        i
-        for i in range(3, len(entries) - 3)
-        if entries[i].service != service
-        and entries[i - 1].service != service
-        and entries[i + 1].service != service
-        and any(e.service == service for e in entries[:i])
-        and any(e.service == service for e in entries[i + 1 :])
-    ]
+    # An anchor with entries of the service on both sides, none of them adjacent to it.
+    anchors: list[int] = []
+    for service in rng.sample(names, len(names)):
+        own = [i for i, e in enumerate(entries) if e.service == service]
+        if len(own) < 2:
+            continue
+        anchors = [
+            i
+            for i in range(own[0] + 2, own[-1] - 1)
+            if service not in (entries[i - 1].service, entries[i].service, entries[i + 1].service)
+        ]
+        if anchors:
+            break
     if not anchors:
         raise InvalidTaskError(f"logs_next/{seed}: no anchor entry (document too short?)")
     rid = entries[rng.choice(anchors)].rid

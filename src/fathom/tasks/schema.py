@@ -3,23 +3,27 @@
 A task file is JSON Lines, one task object per line (blank lines are skipped). Keys:
 
 =================  ========  =================================================================
-key                required  value
+key                required  value (default when left out)
 =================  ========  =================================================================
 id                 yes       non-empty string, unique within the file
-family             yes       non-empty string (any name; `fathom.tasks.FAMILIES` knows the built-ins)
 question           yes       non-empty string
 answer             yes       gold answer; its type must fit the metric (below)
-metric             yes       one of `fathom.reward.metrics.METRICS`
-length_tokens      yes       int >= 0: the nominal length tier (estimated Qwen2.5 tokens)
-length_chars       yes       int >= 0: characters in the document
-difficulty         yes       non-empty string ("easy", "medium", "hard" for built-ins)
-seed               yes       int
 document           one of    the document inline (string)
 document_path      one of    path of a UTF-8 text file, relative to the task file's folder, inside it
+family             no        non-empty string ("custom"; `fathom.tasks.FAMILIES` knows the built-ins)
+metric             no        one of `fathom.reward.metrics.METRICS` ("exact")
+length_tokens      no        int >= 0: the nominal length tier (estimated Qwen2.5 tokens of the document)
+length_chars       no        int >= 0: characters in the document (counted)
+difficulty         no        non-empty string ("easy", "medium", "hard" for built-ins; "unrated")
+seed               no        int (0)
 meta               no        object: free-form provenance (haystack source, variant, ...)
 =================  ========  =================================================================
 
-Unknown keys are rejected, so a misspelt key never passes silently; anything extra belongs in ``meta``.
+So a hand-written task needs four keys: ``{"id": "q1", "question": "...", "answer": "...", "document":
+"..."}``. Computing a length left out of a ``document_path`` task reads that file once, at load time;
+generated datasets write every key, so loading them reads no document. `POST /reset` parses its ``task``
+with `task_from_dict` too, so the same defaults hold there. Unknown keys are rejected, so a misspelt key
+never passes silently; anything extra belongs in ``meta``.
 Answer types: ``exact`` takes a string or an int; ``numeric`` an int or float; ``set_f1`` a list of
 strings/ints, or of 2-item lists of them (pairs).
 
@@ -42,10 +46,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fathom.reward.metrics import METRICS
+from fathom.tasks.haystack import estimate_tokens
 
 Answer = str | int | float | list
 
-REQUIRED = (
+REQUIRED = ("id", "question", "answer")
+# Keys a hand-written task may leave out, with their defaults (the two lengths are computed instead).
+DEFAULTS: dict[str, Any] = {"family": "custom", "metric": "exact", "difficulty": "unrated", "seed": 0}
+COMPUTED = ("length_tokens", "length_chars")
+OPTIONAL = ("family", "metric", "length_tokens", "length_chars", "difficulty", "seed")
+KEYS = (
     "id",
     "family",
     "question",
@@ -55,9 +65,10 @@ REQUIRED = (
     "length_chars",
     "difficulty",
     "seed",
+    "document",
+    "document_path",
+    "meta",
 )
-OPTIONAL = ("document", "document_path", "meta")
-KEYS = REQUIRED + OPTIONAL
 
 
 class TaskFileError(ValueError):
@@ -152,17 +163,21 @@ def task_from_dict(obj: Any, base_dir: Path | None = None) -> Task:
     unknown = sorted(set(obj) - set(KEYS))
     if unknown:
         raise ValueError(f"unknown key(s): {', '.join(unknown)} (put extra data under 'meta')")
+    obj = {**DEFAULTS, **obj}
     for key in ("id", "family", "question", "difficulty"):
         if not isinstance(obj[key], str) or not obj[key].strip():
             raise ValueError(f"{key!r} must be a non-empty string")
     for key in ("length_tokens", "length_chars", "seed"):
+        if key not in obj:
+            continue
         if not _is_int(obj[key]) or (key != "seed" and obj[key] < 0):
             raise ValueError(f"{key!r} must be an int" + (" >= 0" if key != "seed" else ""))
     if obj["metric"] not in METRICS:
         raise ValueError(f"unknown metric {obj['metric']!r}; known: {', '.join(METRICS)}")
     problem = answer_problem(obj["metric"], obj["answer"])
     if problem:
-        raise ValueError(f"bad answer {obj['answer']!r}: {problem}")
+        hint = ' (a list answer needs "metric": "set_f1")' if isinstance(obj["answer"], list) else ""
+        raise ValueError(f"bad answer {obj['answer']!r}: {problem}{hint}")
     has_doc, has_path = obj.get("document") is not None, obj.get("document_path") is not None
     if has_doc == has_path:
         raise ValueError("exactly one of 'document' and 'document_path' must be given")
@@ -178,7 +193,23 @@ def task_from_dict(obj: Any, base_dir: Path | None = None) -> Task:
             raise ValueError(f"document file not found: {base_dir / path}")
     if not isinstance(obj.get("meta", {}), dict):
         raise ValueError("'meta' must be an object")
+    if any(k not in obj for k in COMPUTED):
+        obj = {**obj, **_lengths(obj, base_dir)}
     return Task(**{k: obj[k] for k in KEYS if k in obj}, base_dir=base_dir if has_path else None)
+
+
+def _lengths(obj: dict[str, Any], base_dir: Path | None) -> dict[str, int]:
+    """The lengths a task left out, counted from its document (read once for a document_path)."""
+    if obj.get("document") is not None:
+        text = obj["document"]
+    elif base_dir is not None:
+        text = (base_dir / obj["document_path"]).read_text(encoding="utf-8")
+    else:
+        raise ValueError("a task with a relative document_path and no folder must give its lengths")
+    return {
+        "length_chars": obj.get("length_chars", len(text)),
+        "length_tokens": obj.get("length_tokens", estimate_tokens(text)),
+    }
 
 
 def read_task_file(path: str | Path) -> tuple[list[Task], list[tuple[int, str]]]:

@@ -183,6 +183,12 @@ def column(header: list[str], rows: list[list[str]], name: str) -> list[str]:
     return [row[i] for row in rows]
 
 
+def present_values(table: Table, cat: str, num: str) -> list[str]:
+    """The values of `cat` that some row holds with a number in `num` (sorted, so seeded choice is stable)."""
+    pairs = zip(column(table.header, table.rows, cat), column(table.header, table.rows, num), strict=True)
+    return sorted({c for c, n in pairs if number(n) is not None})
+
+
 def number(cell: str) -> int | None:
     return None if cell in MISSING else int(cell)
 
@@ -286,10 +292,10 @@ def generate_agg(seed: int, length_tokens: int, difficulty: str, corpora: Corpor
     check_difficulty(difficulty)
     rng = random.Random(f"table_aggregate/{seed}")
     op = rng.choices(AGG_OPS, AGG_WEIGHTS)[0]
-    theme, style, table, document = setup(rng, "table_aggregate", length_tokens, difficulty, corpora)
+    _, style, table, document = setup(rng, "table_aggregate", length_tokens, difficulty, corpora)
     ci = rng.randrange(2)
     cat, num = table.cat_cols[ci], rng.choice(table.num_cols)
-    value = rng.choice(theme.cats[ci][1])
+    value = rng.choice(present_values(table, cat, num))
     keep = [c == value for c in column(table.header, table.rows, cat)]
     cells = column(table.header, table.rows, num)
     present = sorted(number(c) for c, k in zip(cells, keep, strict=True) if k and number(c) is not None)
@@ -312,7 +318,8 @@ def solve_agg(question: str, document: str) -> int | float:
 def wrong_agg(task: Task, document: str) -> list[int | float | str]:
     gold = task.answer
     assert isinstance(gold, int | float)
-    return [gold + 1, gold - 1, gold * 2 + 3, round(gold * 1.1 + 2, 2), "none"]
+    candidates = [gold + 1, gold - 1, gold * 2 + 3, round(gold * 1.1 + 2, 2), "none"]
+    return [w for w in candidates if w != gold]
 
 
 FAMILY = Family(

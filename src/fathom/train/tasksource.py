@@ -5,7 +5,9 @@ TRL feeds `rollout_func` a prompt column; ours holds only a slot number (``"fath
 of a group share one task, every rank agrees on it, a resumed run draws exactly the tasks the killed run
 would have, and the curriculum can change the tier between steps without rebuilding the dataset.
 
-A tier is (lengths x families x difficulties). Tasks are generated on the fly (milliseconds up to 128K
+A tier is (lengths x families x difficulties); its families default to `SEEN_FAMILIES`, and a tier, train
+file or eval file that names an unseen family (`fathom.tasks.UNSEEN_FAMILIES`) is refused. Tasks are
+generated on the fly (milliseconds up to 128K
 tokens, see bench/RESULTS.md) or, when a train file is given, drawn from its tasks that fit the tier. This
 module does not run episodes.
 """
@@ -16,7 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from fathom.tasks import FAMILIES, Corpora, Task, generate_task, load_tasks
+from fathom.tasks import SEEN_FAMILIES, Corpora, Task, generate_task, load_tasks, refuse_unseen
 from fathom.train.config import TierConfig
 
 SLOT_PREFIX = "fathom-slot:"
@@ -41,8 +43,12 @@ def draw(*parts: object) -> int:
 class TaskSource:
     def __init__(self, tiers: Sequence[TierConfig], seed: int, train_file: str | Path | None = None) -> None:
         self.tiers, self.seed = list(tiers), seed
+        for t in self.tiers:
+            refuse_unseen(t.families, f"curriculum tier {t.name!r}")
         self.corpora = Corpora()
         self.pool: list[Task] | None = load_tasks(train_file) if train_file else None
+        if self.pool is not None:
+            refuse_unseen((task.family for task in self.pool), f"train file {train_file}")
         self._by_tier: dict[int, list[Task]] = {}
         self._cache: dict[tuple[int, int, int], Task] = {}
         if self.pool is not None:
@@ -56,7 +62,7 @@ class TaskSource:
     def _tier_pool(self, tier: int) -> list[Task]:
         if tier not in self._by_tier:
             t = self.tiers[tier]
-            families = t.families or tuple(FAMILIES)
+            families = t.families or SEEN_FAMILIES
             self._by_tier[tier] = [
                 task
                 for task in self.pool or ()
@@ -73,7 +79,7 @@ class TaskSource:
         if self.pool is not None:
             pool = self._tier_pool(tier)
             return pool[h % len(pool)]
-        families = t.families or tuple(FAMILIES)
+        families = t.families or SEEN_FAMILIES
         family = families[h % len(families)]
         length = t.lengths[(h // len(families)) % len(t.lengths)]
         difficulty = t.difficulties[(h // (len(families) * len(t.lengths))) % len(t.difficulties)]
@@ -91,7 +97,8 @@ class TaskSource:
     def eval_set(self, tier: int, count: int, seed: int, eval_file: str | Path | None = None) -> list[Task]:
         """A fixed eval set: the first `count` tasks of a file, or `count` generated from a tier and seed."""
         if eval_file:
-            tasks = load_tasks(eval_file)
-            return tasks[:count]
+            tasks = load_tasks(eval_file)[:count]
+            refuse_unseen((task.family for task in tasks), f"eval file {eval_file}")
+            return tasks
         tier = tier % len(self.tiers)
         return [self.generate(tier, draw("eval", seed, i), "eval") for i in range(count)]
