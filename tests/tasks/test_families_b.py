@@ -16,6 +16,7 @@ from fathom.tasks import (
     generate_task,
     glossary,
     mail,
+    manual,
     validate_task,
 )
 from fathom.tasks.haystack import estimate_tokens
@@ -30,6 +31,8 @@ PHRASINGS: dict[str, dict[str, Phrasings]] = {
     "email_repliers": mail.REPLIER_QUESTIONS,
     "glossary_lookup": glossary.LOOKUP_QUESTIONS,
     "glossary_defined": glossary.DEFINED_QUESTIONS,
+    "manual_default": manual.DEFAULT_QUESTIONS,
+    "manual_count": manual.COUNT_QUESTIONS,
 }
 K8 = 8192
 
@@ -154,3 +157,15 @@ def test_glossary_headwords_are_unseen_and_ordered(corpora):
         # a headword occurs in the definitions only as a "See also" reference
         body = re.sub(r"see also: [a-z]+\.", "", " ".join(text for _, text in entries).lower())
         assert not [t for t in terms if re.search(rf"\b{t}\b", body)]
+
+
+def test_manual_options_recur_with_other_defaults(corpora):
+    """The asked option appears in other sections too, so only the section's own table answers."""
+    recur = 0
+    for seed in range(8):
+        task = generate_task("manual_default", seed, K8, "medium", corpora)
+        _, slots = parse_kind(manual.DEFAULT_QUESTIONS, task.question)
+        parsed = manual.parse_manual(task.document)
+        assert [d for o, _, d in parsed[slots["cmd"]] if o == slots["opt"]] == [task.answer]
+        recur += sum(any(o == slots["opt"] for o, _, _ in opts) for opts in parsed.values()) > 1
+    assert recur >= 6
