@@ -12,6 +12,7 @@ from fathom.tasks import (
     FAMILIES,
     FAMILIES_B,
     InvalidTaskError,
+    bundle,
     chat,
     generate_task,
     glossary,
@@ -33,6 +34,8 @@ PHRASINGS: dict[str, dict[str, Phrasings]] = {
     "glossary_defined": glossary.DEFINED_QUESTIONS,
     "manual_default": manual.DEFAULT_QUESTIONS,
     "manual_count": manual.COUNT_QUESTIONS,
+    "bundle_locate": bundle.LOCATE_QUESTIONS,
+    "bundle_compare": bundle.COMPARE_QUESTIONS,
 }
 K8 = 8192
 
