@@ -138,6 +138,7 @@ def build(rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: 
     lines = [budget.struct(rng.choice(TITLES))]
     letter = ""
     written: list[str] = []
+    used_mentions: set[str] = set()
     for term in terms:
         if budget.tokens >= length_tokens - 20 and len(written) >= 12:
             break
@@ -149,11 +150,13 @@ def build(rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: 
         if roll < cross / 2:
             text += f" See also: {case(rng.choice(terms))}."
         elif roll < cross:
-            text += f" Compare {case(rng.choice(mentioned))}."
+            compared = case(rng.choice(mentioned))
+            used_mentions.add(compared)
+            text += f" Compare {compared}."
         entry = STYLES[style][0].format(term=case(term), pos=rng.choice(POS), text="")
         lines.append(budget.struct(entry) + budget.prose(text))
         written.append(term)
-    info = {"terms": [case(t) for t in written], "mentioned": [case(m) for m in mentioned], "taken": taken}
+    info = {"terms": [case(t) for t in written], "mentioned": sorted(used_mentions), "taken": taken}
     return "\n".join(lines), info
 
 
@@ -235,14 +238,14 @@ def generate_defined(seed: int, length_tokens: int, difficulty: str, corpora: Co
     _, alike = LEVELS[difficulty]
     document, info = build(rng, corpora, length_tokens, difficulty)
     terms, taken = info["terms"], info["taken"]
-    mentioned = [m for m in info["mentioned"] if m in document]
+    mentioned = info["mentioned"]  # "Compare" words written in the document
 
     def miss() -> str:
         if mentioned and rng.random() < 0.5:
             return rng.choice(mentioned)
         if rng.random() < alike:
             return _variant(rng, rng.choice(terms), taken)
-        return prose.pseudo_words(rng, 1, set(taken))[0]
+        return prose.pseudo_words(rng, 1, taken)[0]  # adds the word to `taken`: it stays unique
 
     kind = "yesno" if rng.random() < 1 / 3 else "which"
     if kind == "yesno":
