@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from fathom.reward.metrics import score
-from fathom.tasks import FAMILIES, FAMILIES_B, InvalidTaskError, chat, generate_task, mail, validate_task
+from fathom.tasks import (
+    FAMILIES,
+    FAMILIES_B,
+    InvalidTaskError,
+    bundle,
+    chat,
+    generate_task,
+    glossary,
+    mail,
+    manual,
+    validate_task,
+)
 from fathom.tasks.haystack import estimate_tokens
 from fathom.tasks.prose import FLAT_CHARS_PER_TOKEN, Phrasings, parse_kind
 
@@ -18,6 +30,12 @@ PHRASINGS: dict[str, dict[str, Phrasings]] = {
     "chat_count": chat.COUNT_QUESTIONS,
     "email_manager": mail.MANAGER_QUESTIONS,
     "email_repliers": mail.REPLIER_QUESTIONS,
+    "glossary_lookup": glossary.LOOKUP_QUESTIONS,
+    "glossary_defined": glossary.DEFINED_QUESTIONS,
+    "manual_default": manual.DEFAULT_QUESTIONS,
+    "manual_count": manual.COUNT_QUESTIONS,
+    "bundle_locate": bundle.LOCATE_QUESTIONS,
+    "bundle_compare": bundle.COMPARE_QUESTIONS,
 }
 K8 = 8192
 
@@ -131,3 +149,26 @@ def test_email_repliers_exclude_twin_threads(corpora):
         twins += f"{slots['subject']} (follow-up)" in task.document
         assert task.answer == sorted(set(task.answer)) and task.answer
     assert twins >= 1
+
+
+def test_glossary_headwords_are_unseen_and_ordered(corpora):
+    for seed in range(4):
+        task = generate_task("glossary_defined", seed, K8, "hard", corpora)
+        entries = glossary.parse_entries(task.document)
+        terms = [t.lower() for t, _ in entries]
+        assert terms == sorted(terms) and len(set(terms)) == len(terms) > 50
+        # a headword occurs in the definitions only as a "See also" reference
+        body = re.sub(r"see also: [a-z]+\.", "", " ".join(text for _, text in entries).lower())
+        assert not [t for t in terms if re.search(rf"\b{t}\b", body)]
+
+
+def test_manual_options_recur_with_other_defaults(corpora):
+    """The asked option appears in other sections too, so only the section's own table answers."""
+    recur = 0
+    for seed in range(8):
+        task = generate_task("manual_default", seed, K8, "medium", corpora)
+        _, slots = parse_kind(manual.DEFAULT_QUESTIONS, task.question)
+        parsed = manual.parse_manual(task.document)
+        assert [d for o, _, d in parsed[slots["cmd"]] if o == slots["opt"]] == [task.answer]
+        recur += sum(any(o == slots["opt"] for o, _, _ in opts) for opts in parsed.values()) > 1
+    assert recur >= 6

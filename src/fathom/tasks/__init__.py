@@ -60,9 +60,15 @@ FAMILIES.update({f.name: f for f in STRUCTURED_FAMILIES})
 # ---- end of structured-document families ----
 
 # --- families-b: prose-shaped documents (chat, e-mail, glossary, manual, bundle, changelog) ---
-from fathom.tasks import chat, mail  # noqa: E402 (kept in one block so the family branches merge cleanly)
+from fathom.tasks import bundle, chat, glossary, mail, manual  # noqa: E402 (kept in one block so the family branches merge cleanly)
 
-FAMILIES_B: tuple[Family, ...] = (*chat.FAMILIES, *mail.FAMILIES)
+FAMILIES_B: tuple[Family, ...] = (
+    *chat.FAMILIES,
+    *mail.FAMILIES,
+    *glossary.FAMILIES,
+    *manual.FAMILIES,
+    *bundle.FAMILIES,
+)
 FAMILIES.update({f.name: f for f in FAMILIES_B})
 # --- end families-b ---
 

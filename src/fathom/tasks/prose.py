@@ -257,7 +257,7 @@ def pseudo_words(rng: random.Random, n: int, taken: set[str] | None = None) -> l
     taken = set() if taken is None else taken
     out: list[str] = []
     while len(out) < n:
-        word = pseudo_word(rng, rng.randint(2, 4))
+        word = pseudo_word(rng, rng.randint(2, 3))
         if word not in taken and len(word) >= 5:
             taken.add(word)
             out.append(word)
