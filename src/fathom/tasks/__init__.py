@@ -78,7 +78,14 @@ FAMILIES.update({f.name: f for f in FAMILIES_B})
 # training task sources (`fathom.train.tasksource.TaskSource`) refuse them. Edit the names here only; a
 # name that is not a registered family fails at import.
 UNSEEN_FAMILIES: tuple[str, ...] = (
-    "logs_count",  # log files: count / existence (the whole log shape is unseen)
+    "logs_next",  # log files: previous / next
+    "table_compare",  # CSV/TSV: compare groups, existence, arg-max
+    "jsonl_join",  # JSONL + CSV bundle: multi-hop joins, id lists
+    "code_calls",  # source code: list the callers of a function
+    "email_repliers",  # e-mail threads: the set of repliers (a join with the staff directory)
+    "glossary_defined",  # glossaries: existence of entries (set or yes/no)
+    "manual_count",  # markdown manuals: count options, compare two commands
+)
     "logs_next",  # log files: previous / next
     "table_compare",  # CSV/TSV: compare groups, existence, arg-max
     "jsonl_join",  # JSONL + CSV bundle: multi-hop joins, id lists
