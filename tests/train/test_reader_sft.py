@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fathom.env.sublm import SubLMRequest
 from fathom.models import ModelSpec, load_tokenizer
-from fathom.rollout import ChatFormat, EngineSubLM, Sampling
+from fathom.rollout import ChatFormat
+from fathom.rollout.engine import sub_prompt_ids
 from fathom.train.reader_sft import reader_example, reader_examples
 
 
@@ -16,8 +17,7 @@ def test_reader_rows_match_the_sub_lm_prompt_token_for_token():
         "reply": "a\nb",
     }
     for max_input in (2048, 256):  # 256 cuts the chunk: the cut must be the sub-LM's own
-        sub = EngineSubLM(None, chat, Sampling(), max_input)  # type: ignore[arg-type] (only encodes)
-        want = sub._encode(SubLMRequest(call["prompt"], call["chunk"]))
+        want = sub_prompt_ids(chat, SubLMRequest(call["prompt"], call["chunk"]), max_input)
         row = reader_example(chat, call, max_input)
         n = len(want)
         assert row["input_ids"][:n] == want

@@ -99,6 +99,17 @@ class EngineSubLM:
         return SubLMReply(text, len(prompt_ids), len(gen.ids))
 
 
+def sub_prompt_ids(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) -> list[int]:
+    """The sub-LM's prompt for one `llm()` call, inside the sub-call's input budget: the chunk is cut first,
+    then the prompt itself (a model that passes the document as the prompt gets it cut, not a crash).
+    Reader-role SFT rows (`fathom.train.reader_sft`) are built with this same function."""
+    tok, budget = chat.tokenizer, max_input_tokens - 64
+    prompt = tok.encode(request.prompt, add_special_tokens=False)[: max(0, budget)]
+    chunk = tok.encode(request.chunk, add_special_tokens=False)[: max(0, budget - len(prompt))]
+    cut = SubLMRequest(tok.decode(prompt), tok.decode(chunk))
+    return chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+
+
 class _TurnBarrier:
     """Holds each live episode before its next turn until every live episode is there (sync_turns)."""
 
@@ -229,14 +240,7 @@ class RolloutEngine:
         return self.reader
 
     def sub_prompt_ids(self, request: SubLMRequest) -> list[int]:
-        """The sub-LM's prompt for one `llm()` call, inside the sub-call's input budget: the chunk is cut
-        first, then the prompt itself (a model that passes the document as the prompt gets it cut, not a
-        crash)."""
-        tok, budget = self.chat.tokenizer, self.config.sub_max_input_tokens - 64
-        prompt = tok.encode(request.prompt, add_special_tokens=False)[: max(0, budget)]
-        chunk = tok.encode(request.chunk, add_special_tokens=False)[: max(0, budget - len(prompt))]
-        cut = SubLMRequest(tok.decode(prompt), tok.decode(chunk))
-        return self.chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+        return sub_prompt_ids(self.chat, request, self.config.sub_max_input_tokens)
 
     def fit(self, sampling: Sampling, prompt_len: int) -> Sampling:
         """`sampling` with its new tokens cut so that prompt + completion stay inside the model's window."""

@@ -16,11 +16,9 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from fathom.env.sublm import SubLM, SubLMReply, SubLMRequest, render_request
+from fathom.env.sublm import SubLM, SubLMReply, SubLMRequest
 from fathom.rollout.chat import ChatFormat
-
-SUB_SYSTEM = "Answer briefly and exactly."  # EngineSubLM's system line
-TEMPLATE_ROOM = 64  # tokens EngineSubLM leaves for the chat template around prompt and chunk
+from fathom.rollout.engine import sub_prompt_ids
 
 
 class RecordingSubLM:
@@ -39,11 +37,7 @@ class RecordingSubLM:
 
 def reader_prompt_ids(chat: ChatFormat, prompt: str, chunk: str, max_input_tokens: int) -> list[int]:
     """The ids the policy reads when it answers ``llm(prompt, chunk)`` as its own sub-LM."""
-    tok = chat.tokenizer
-    ids = tok.encode(chunk, add_special_tokens=False)
-    room = max_input_tokens - len(tok.encode(prompt, add_special_tokens=False)) - TEMPLATE_ROOM
-    cut = SubLMRequest(prompt, tok.decode(ids[: max(0, room)]))
-    return chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+    return sub_prompt_ids(chat, SubLMRequest(prompt, chunk), max_input_tokens)
 
 
 def reader_example(chat: ChatFormat, call: dict[str, str], max_input_tokens: int) -> dict[str, list[int]]:
