@@ -33,8 +33,7 @@ class _Reader(asyncio.Protocol):
         self.writer: asyncio.WriteTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.ReadTransport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's pipe transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
         if self.failure is not None:
