@@ -2,7 +2,9 @@
 
 `reset(task)` starts a jailed worker with the task's document bound read-only as `ctx` and returns the
 first observation (system prompt, question, document size — never the document). `step(action)` runs the
-```repl blocks of the model's turn in order and returns what the model sees next. The episode ends when an
+```repl blocks of the model's turn in order, all within the step's wall-clock limit (`step_timeout_s`: the
+cell running at the limit is interrupted, later blocks are not run), and returns what the model sees next.
+Closing the environment interrupts a running step, which then ends the episode with end_reason "closed". The episode ends when an
 answer is submitted through the REPL protocol, at the iteration cap, or when the episode's token budget is
 spent; the final observation carries the reward and its breakdown (`fathom.reward.compose`).
 

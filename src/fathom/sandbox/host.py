@@ -3,8 +3,12 @@
 A Sandbox owns one worker at a time and the document's read-only file descriptor (kept open, so a restarted
 worker gets the same text). Per cell it sends ``exec``, services ``llm`` frames through the episode's async
 handler (budget, size caps and accounting live here, never in the worker), and waits for the ``result``
-frame under a hard deadline that ``llm()`` time pushes out. A hard timeout, a dead worker or a protocol
-violation replaces the worker and tells the model its variables are gone. Everything the worker sends is
+frame under a hard deadline that ``llm()`` time pushes out (never past the caller's ``time_limit_s``, which
+counts ``llm()`` time too). Between cells the worker is SIGSTOPped, so nothing a cell left behind (a profile
+hook, a timer) gets CPU; a frame it sends when none is due is a protocol violation, found by the channel.
+A hard timeout, a dead worker or a protocol violation replaces the worker and tells the model its variables
+are gone; a malformed ``llm`` request costs one call of the budget and its id is never echoed back.
+``close()`` ends a running cell at once (``SandboxClosed``), even one waiting for the sub-LM. Everything the worker sends is
 re-validated: output is capped and control characters are escaped before the model or a terminal sees it.
 It does not parse model text or score anything.
 """
