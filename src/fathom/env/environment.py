@@ -2,7 +2,9 @@
 
 `reset(task)` starts a jailed worker with the task's document bound read-only as `ctx` and returns the
 first observation (system prompt, question, document size — never the document). `step(action)` runs the
-```repl blocks of the model's turn in order and returns what the model sees next. The episode ends when an
+```repl blocks of the model's turn in order, all within the step's wall-clock limit (`step_timeout_s`: the
+cell running at the limit is interrupted, later blocks are not run), and returns what the model sees next.
+Closing the environment interrupts a running step, which then ends the episode with end_reason "closed". The episode ends when an
 answer is submitted through the REPL protocol, at the iteration cap, or when the episode's token budget is
 spent; the final observation carries the reward and its breakdown (`fathom.reward.compose`).
 
@@ -37,7 +39,7 @@ from fathom.env.sublm import SubLM, SubLMRequest
 from fathom.reward.compose import compose
 from fathom.reward.config import RewardConfig
 from fathom.reward.outcome import EpisodeOutcome
-from fathom.sandbox import Sandbox, SandboxConfig, SandboxPool
+from fathom.sandbox import Sandbox, SandboxClosed, SandboxConfig, SandboxPool
 from fathom.tasks import Task, estimate_tokens, generate_task, load_tasks
 from fathom.tasks.schema import task_from_dict
 
@@ -48,6 +50,9 @@ MAX_DEPTH = 4
 class EnvConfig:
     max_iterations: int = 12
     max_episode_tokens: int = 16_384
+    # Wall time of one step, all its cells and llm() calls together (a cell's own limits still apply);
+    # a cell that ignores the timer is killed one sandbox grace period (hard - soft) later.
+    step_timeout_s: float = 60.0
     max_depth: int = 1
     chunk_chars: int = 16_000
     default_length_tokens: int = 8_192
@@ -61,6 +66,14 @@ class EnvConfig:
             raise ValueError(f"max_iterations must be >= 1, got {self.max_iterations}")
         if self.max_episode_tokens < 1:
             raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
+        if not self.step_timeout_s > 0:
+            raise ValueError(f"step_timeout_s must be > 0, got {self.step_timeout_s}")
+
+
+def _not_run(code: str, limit: float) -> CellRecord:
+    error = f"TimeoutError: not run: this turn used up its time limit of {limit:g} s"
+    return CellRecord(code=code, stdout="", error=error, truncated_chars=0, elapsed_s=0.0, timed_out=True,
+                      restarted=False)  # fmt: skip
 
 
 class TaskNotFound(KeyError):
@@ -193,15 +206,24 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         if self._sandbox is None or self._task is None:
             raise RuntimeError("step() before reset(): start an episode first")
         started = time.perf_counter()
-        state = self._state
+        state, sandbox = self._state, self._sandbox  # close() may clear self._sandbox mid-step
         tokens = action.num_tokens
         if tokens is None:
             tokens = estimate_tokens(action.text)  # a client that sends no count gets the estimate
         self._turn_subcalls = []
         cells: list[CellRecord] = []
         answer_ready, answer = False, None
-        for code in code_blocks(action.text):
-            result = await self._sandbox.execute(code)
+        limit = self.config.step_timeout_s
+        blocks = code_blocks(action.text)
+        for i, code in enumerate(blocks):
+            left = started + limit - time.perf_counter()
+            if left <= 0:
+                cells += [_not_run(block, limit) for block in blocks[i:]]
+                break
+            try:
+                result = await sandbox.execute(code, time_limit_s=left)
+            except SandboxClosed:
+                return await self._closed_during_step(tokens)
             cells.append(
                 CellRecord(
                     code=code,
@@ -216,7 +238,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             if result.answer_ready:
                 answer_ready, answer = True, result.answer
                 break  # the answer is in: later blocks of this turn do not run
-        stats = self._sandbox.stats
+        stats = sandbox.stats
         state.iteration += 1
         state.step_count += 1
         state.tokens += tokens
@@ -256,6 +278,13 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             }
         )
         return observation
+
+    async def _closed_during_step(self, tokens: int) -> RLMObservation:
+        """The environment was closed while a step ran: the turn counts, the episode ends as "closed"."""
+        self._state.iteration += 1
+        self._state.step_count += 1
+        self._state.tokens += tokens
+        return await self.finish_async("closed")
 
     async def finish_async(self, reason: str) -> RLMObservation:
         """End the episode from outside (a rollout engine's budget ran out): graded as it stands."""

@@ -23,7 +23,7 @@ from fathom.sandbox.config import (
     SandboxConfig,
     SandboxStats,
 )
-from fathom.sandbox.host import Sandbox
+from fathom.sandbox.host import Sandbox, SandboxClosed
 from fathom.sandbox.pool import SandboxPool
 from fathom.sandbox.selftest import self_test
 
@@ -35,6 +35,7 @@ __all__ = [
     "LLMHandler",
     "LLMRequest",
     "Sandbox",
+    "SandboxClosed",
     "SandboxConfig",
     "SandboxPool",
     "SandboxStats",

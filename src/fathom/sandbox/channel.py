@@ -3,6 +3,13 @@
 It turns bytes into decoded frames and back. It never blocks the loop, never trusts a length prefix beyond
 ``max_frame`` (no allocation happens before the check), and reports a dead or misbehaving peer as an
 exception from ``recv``. It does not know what messages mean (``host.py`` does).
+
+The protocol is strict request/reply: the worker sends exactly one frame ("ready" at start, then one per
+host message) and then waits. So the channel counts the replies it is owed and treats any byte beyond them
+as a protocol violation: it stops reading at once (nothing from that worker is buffered or decoded any
+more) and every later ``recv`` raises. It likewise refuses a frame that arrives while the host's last
+message has not been read in full (the worker is not reading its replies), so what the host holds for one
+worker is bounded by one frame in, one message out and the pipe buffers.
 """
 
 from __future__ import annotations
@@ -21,26 +28,42 @@ class _Reader(asyncio.Protocol):
         self.frames: collections.deque[dict] = collections.deque()
         self.failure: BaseException | None = None
         self.waiter: asyncio.Future | None = None
+        self.owed = 1  # frames the worker may send now: its "ready", then one per host message
+        self.transport: asyncio.ReadTransport | None = None
+        self.writer: asyncio.WriteTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's pipe transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
         if self.failure is not None:
+            return
+        if self.owed == 0:
+            self._violation(f"the worker sent {len(data)} bytes when no reply was due")
             return
         self.buffer += data
         before = len(self.frames)
         while len(self.buffer) >= HEADER.size:
             (size,) = HEADER.unpack_from(self.buffer)
             if size > self.max_frame:
-                self._fail(ProtocolError(f"the worker sent a frame of {size} bytes (cap {self.max_frame})"))
+                self._violation(f"the worker sent a frame of {size} bytes (cap {self.max_frame})")
                 return
             end = HEADER.size + size
             if len(self.buffer) < end:
                 break
+            if self.writer is not None and self.writer.get_write_buffer_size():
+                self._violation("the worker sent a frame without reading the host's last message")
+                return
             body = bytes(self.buffer[HEADER.size : end])
             del self.buffer[:end]
+            self.owed -= 1
             try:
                 self.frames.append(decode(body))
             except ProtocolError as e:
-                self._fail(e)
+                self._violation(str(e))
+                return
+            if self.buffer and self.owed == 0:
+                self._violation("the worker sent more than one frame before the host answered")
                 return
         if len(self.frames) > before:  # a piece of a large frame is not worth a wake-up
             self._wake()
@@ -51,6 +74,14 @@ class _Reader(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(EOFError("the worker's pipe is gone"))
+
+    def _violation(self, reason: str) -> None:
+        """Stop reading this worker for good: its bytes are dropped, not queued."""
+        self.buffer = bytearray()
+        self.frames.clear()
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._fail(ProtocolError(reason))
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
@@ -74,6 +105,7 @@ class Channel:
         self, reader: _Reader, rtransport: asyncio.ReadTransport, wtransport: asyncio.WriteTransport
     ):
         self._reader, self._rtransport, self._wtransport = reader, rtransport, wtransport
+        reader.writer = wtransport
 
     @classmethod
     async def open(cls, read_fd: int, write_fd: int, max_frame: int) -> Channel:
@@ -112,9 +144,16 @@ class Channel:
         """False once the worker closed its end or misbehaved."""
         return self._reader.failure is None and not self._wtransport.is_closing()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the channel is dead (EOFError or ProtocolError), or None while it works."""
+        return self._reader.failure
+
     def send(self, message: dict) -> None:
+        """Send one message; the worker owes exactly one frame in reply."""
         if self._wtransport.is_closing() or self._reader.failure is not None:
             raise EOFError("the worker's pipe is gone")
+        self._reader.owed += 1
         self._wtransport.write(encode(message))
 
     def close(self) -> None:

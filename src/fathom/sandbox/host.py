@@ -3,8 +3,12 @@
 A Sandbox owns one worker at a time and the document's read-only file descriptor (kept open, so a restarted
 worker gets the same text). Per cell it sends ``exec``, services ``llm`` frames through the episode's async
 handler (budget, size caps and accounting live here, never in the worker), and waits for the ``result``
-frame under a hard deadline that ``llm()`` time pushes out. A hard timeout, a dead worker or a protocol
-violation replaces the worker and tells the model its variables are gone. Everything the worker sends is
+frame under a hard deadline that ``llm()`` time pushes out (never past the caller's ``time_limit_s``, which
+counts ``llm()`` time too). Between cells the worker is SIGSTOPped, so nothing a cell left behind (a profile
+hook, a timer) gets CPU; a frame it sends when none is due is a protocol violation, found by the channel.
+A hard timeout, a dead worker or a protocol violation replaces the worker and tells the model its variables
+are gone; a malformed ``llm`` request costs one call of the budget and its id is never echoed back.
+``close()`` ends a running cell at once (``SandboxClosed``), even one waiting for the sub-LM. Everything the worker sends is
 re-validated: output is capped and control characters are escaped before the model or a terminal sees it.
 It does not parse model text or score anything.
 """
@@ -38,6 +42,12 @@ from fathom.sandbox.launch import Launcher, Worker
 from fathom.sandbox.protocol import ProtocolError
 
 log = logging.getLogger("fathom.sandbox")
+MAX_ID = 2**53  # request ids are JSON-safe integers; anything else is never echoed back
+
+
+class SandboxClosed(RuntimeError):
+    """The sandbox was closed before or while this cell ran (its episode was closed from outside)."""
+
 
 # C0/C1 controls other than newline and tab (terminal escapes, NUL, carriage return), and lone surrogates.
 _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -91,6 +101,7 @@ class Sandbox:
         self._lock = asyncio.Lock()
         self._closed = self._dirty = False
         self._llm_calls = self._llm_chars = self._cells = self._restarts = 0
+        self._closing: asyncio.Future[None] | None = None  # resolved by close(): wakes a waiting cell
 
     @classmethod
     async def start(
@@ -162,19 +173,35 @@ class Sandbox:
     def stats(self) -> SandboxStats:
         return SandboxStats(self._llm_calls, self._llm_chars, self._cells, self._restarts)
 
-    async def execute(self, code: str) -> CellResult:
-        """Run one cell in the persistent namespace. Model mistakes come back in the result, never raised."""
+    async def execute(self, code: str, time_limit_s: float | None = None) -> CellResult:
+        """Run one cell in the persistent namespace. Model mistakes come back in the result, never raised.
+
+        ``time_limit_s`` caps this cell's wall time, ``llm()`` time included (a step's remaining time):
+        the soft timer fires at min(soft limit, time_limit_s), the hard kill one grace period later.
+        Raises ``SandboxClosed`` when ``close()`` ends the sandbox before or during the cell.
+        """
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
         async with self._lock:
             if self._closed:
-                raise RuntimeError("execute() on a closed Sandbox")
+                raise SandboxClosed("execute() on a closed Sandbox")
             self._cells += 1
+            worker = self._worker
+            assert worker is not None
             if self._dirty:  # an earlier execute() was cancelled mid-cell: the worker's state is unknown
                 reason = "the previous cell was cancelled"
                 return await self._restart(reason, False, 0.0, self._llm_calls, self._llm_chars)
+            if not worker.channel.alive:  # it broke the protocol between cells (or died): never trusted again
+                failure = worker.channel.failure
+                if isinstance(failure, ProtocolError):
+                    reason = f"ProtocolViolation: {failure} (after the previous cell)"
+                else:
+                    reason = "the REPL process died after the previous cell"
+                return await self._restart(reason, False, 0.0, self._llm_calls, self._llm_chars)
             self._dirty = True
-            result = await self._run_cell(code)
+            result = await self._run_cell(code, time_limit_s)
             self._dirty = False
             return result
 
@@ -183,6 +210,8 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
+        if self._closing is not None and not self._closing.done():
+            self._closing.set_result(None)
         worker, self._worker = self._worker, None
         if worker is not None:
             await self._launcher.kill(worker)
@@ -199,19 +228,25 @@ class Sandbox:
         await self.close()
 
     # ---- one cell -------------------------------------------------------------------------------------
-    async def _run_cell(self, code: str) -> CellResult:
+    async def _run_cell(self, code: str, time_limit_s: float | None) -> CellResult:
         worker = self._worker  # close() may clear self._worker while this cell runs
         assert worker is not None
-        channel, hard = worker.channel, self.config.hard_timeout_s
+        cfg = self.config
+        channel, grace = worker.channel, cfg.hard_timeout_s - cfg.soft_timeout_s
+        soft = cfg.soft_timeout_s if time_limit_s is None else min(cfg.soft_timeout_s, time_limit_s)
+        hard = soft + grace
         cell_id = secrets.randbits(48)
         started = time.perf_counter()
+        # llm() time pushes the hard deadline out, but never past the caller's wall-clock limit
+        step_end = None if time_limit_s is None else started + time_limit_s
         calls0, chars0, llm_time = self._llm_calls, self._llm_chars, 0.0
-        frame = {"op": "exec", "id": cell_id, "code": code}
+        frame = {"op": "exec", "id": cell_id, "code": code, "soft_timeout_s": soft}
         # JSON escapes at most 6 bytes per character: only a large cell needs its exact size
         limit = self.config.max_frame_bytes
         if len(code) * 6 > limit and len(json.dumps(frame)) > limit:
             return self._result(0.0, calls0, chars0, error="ValueError: the cell's code is too large")
         try:
+            worker.resume()
             channel.send(frame)
             deadline = started + hard
             while True:
@@ -219,11 +254,14 @@ class Sandbox:
                 op = message.get("op")
                 if op == "llm":
                     t0 = time.perf_counter()
-                    reply = await self._answer_llm(message)
+                    reply = await self._answer_llm(message, step_end)
                     spent = time.perf_counter() - t0
                     llm_time, deadline = llm_time + spent, deadline + spent  # llm() time is not cell time
+                    if step_end is not None:
+                        deadline = min(deadline, step_end + grace)
                     channel.send(reply)
                 elif op == "result" and message.get("id") == cell_id:
+                    worker.pause()  # nothing the cell left behind (a profile hook, a timer) runs until the next
                     elapsed = time.perf_counter() - started - llm_time
                     return self._from_worker(message, elapsed, calls0, chars0)
                 else:
@@ -231,6 +269,8 @@ class Sandbox:
         except TimeoutError:
             reason, timed_out = f"TimeoutError: the cell ran past the hard time limit of {hard:g} s", True
         except EOFError:
+            if self._closed:
+                raise SandboxClosed("the sandbox was closed while a cell was running") from None
             oom = worker.cgroup is not None and worker.cgroup.oom_killed()
             reason = "MemoryError: the REPL process ran out of memory" if oom else "the REPL process died"
             timed_out = False
@@ -239,30 +279,54 @@ class Sandbox:
         elapsed = time.perf_counter() - started - llm_time
         return await self._restart(reason, timed_out, elapsed, calls0, chars0)
 
-    async def _answer_llm(self, message: dict) -> dict:
-        cfg, reply = self.config, {"op": "llm_result", "id": message.get("id")}
+    async def _answer_llm(self, message: dict, step_end: float | None) -> dict:
+        cfg, request_id = self.config, message.get("id")
+        # The id is echoed only when it is what the worker's stub sends: a small non-negative int.
+        valid_id = type(request_id) is int and 0 <= request_id < MAX_ID
+        reply = {"op": "llm_result", "id": request_id if valid_id else None}
         items = message.get("items")
         if self._llm is None:
             reply["error"] = "llm() is not available in this episode"
             return reply
         if (
-            not isinstance(items, list)
+            not valid_id
+            or not isinstance(items, list)
             or not 0 < len(items) <= cfg.max_batch
             or not all(
                 isinstance(i, list) and len(i) == 2 and all(isinstance(s, str) for s in i) for i in items
             )
             or any(len(p) + len(c) > cfg.max_llm_chars for p, c in items)
         ):
+            # The worker's stub never sends these: each costs one call of the budget, and one past it is
+            # a protocol violation (a flood must not keep the host decoding frames for the whole cell).
+            if self._llm_calls >= cfg.max_llm_calls:
+                raise ProtocolError("malformed llm requests past the episode's llm budget")
+            self._llm_calls += 1
             reply["error"] = "malformed llm request"
             return reply
         if self._llm_calls + len(items) > cfg.max_llm_calls:
             left = cfg.max_llm_calls - self._llm_calls
             reply["error"] = f"llm budget exhausted: {cfg.max_llm_calls} calls per episode, {left} left"
             return reply
+        timeout = cfg.llm_timeout_s
+        if step_end is not None:
+            timeout = min(timeout, step_end - time.perf_counter())
+            if timeout <= 0:
+                reply["error"] = "the step's time limit ran out before this llm() call"
+                return reply
         self._llm_calls += len(items)
         self._llm_chars += sum(len(p) + len(c) for p, c in items)
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+        call = asyncio.ensure_future(self._llm([LLMRequest(p, c) for p, c in items]))
         try:
-            texts = await asyncio.wait_for(self._llm([LLMRequest(p, c) for p, c in items]), cfg.llm_timeout_s)
+            # close() must not wait for a slow sub-LM: it resolves _closing and the call is dropped
+            await asyncio.wait((call, self._closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if self._closed:
+                raise SandboxClosed("the sandbox was closed while a cell was waiting for llm()")
+            if not call.done():
+                raise TimeoutError
+            texts = call.result()
             if (
                 not isinstance(texts, list)
                 or len(texts) != len(items)
@@ -271,11 +335,16 @@ class Sandbox:
                 raise TypeError(f"the llm handler must return {len(items)} str, got {type(texts).__name__}")
             reply["texts"] = texts
         except TimeoutError:
-            reply["error"] = f"the sub-LM did not answer within {cfg.llm_timeout_s:g} s"
+            reply["error"] = f"the sub-LM did not answer within {timeout:g} s"
+        except SandboxClosed:
+            raise
         # The sandbox boundary: a failing handler becomes the model's error text, never a host crash.
         except Exception as e:
             log.warning("llm handler failed", exc_info=True)
             reply["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        finally:
+            if not call.done():
+                call.cancel()
         return reply
 
     def _from_worker(self, m: dict, elapsed: float, calls0: int, chars0: int) -> CellResult:
@@ -335,11 +404,15 @@ class Sandbox:
         if old is not None:
             await self._launcher.kill(old)
         if self._closed:
-            raise RuntimeError("the sandbox was closed while a cell was running")
+            raise SandboxClosed("the sandbox was closed while a cell was running")
         self._restarts += 1
         try:
-            self._worker = await self._spawn()
-            await self._load(self._worker)
+            worker = await self._spawn()
+            if self._closed:  # close() ran while the replacement started
+                await self._launcher.kill(worker)
+                raise SandboxClosed("the sandbox was closed while a cell was running")
+            self._worker = worker
+            await self._load(worker)
         except BaseException:  # no worker to run on: the episode cannot continue
             await self.close()
             raise

@@ -63,6 +63,19 @@ class Worker:
     pids: list[int] = field(default_factory=list)  # host pids of the tree (monitor, init, python)
     cgroup: Cgroup | None = None
     workdir: str | None = None  # a per-worker directory to delete (unsafe-dev only)
+    pidfd: int | None = None  # the interpreter's pidfd: signals reach it even after its pid is reused
+
+    def pause(self) -> None:
+        """SIGSTOP the interpreter between cells: whatever the model left running gets no CPU."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: int) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):  # already dead: the channel reports it
+                signal.pidfd_send_signal(self.pidfd, sig)
 
 
 def _world_traversable(path: str) -> bool:
@@ -265,6 +278,11 @@ class Launcher:
             worker.ctl.close()
             raise
         worker.pids = _tree(worker.popen.pid)
+        try:
+            worker.pidfd = os.pidfd_open(worker.pids[-1])
+        except ProcessLookupError:
+            await self.kill(worker)
+            raise _EarlyExit("the worker died right after reporting ready") from None
         cgroup_error = self.cgroup_reason
         if self.cgroups is not None:
             try:  # in a thread: each cgroup.procs write waits for an RCU grace period (milliseconds)
@@ -344,6 +362,9 @@ class Launcher:
         """SIGKILL the tree, reap it, remove its cgroup and work dir, free its uid. Idempotent."""
         worker.channel.close()
         worker.ctl.close()
+        if worker.pidfd is not None:
+            os.close(worker.pidfd)
+            worker.pidfd = None
         # Inside out: bwrap's init dies (the kernel then kills the whole namespace) and the monitor, still alive,
         # reaps it and exits. Killing the monitor first would orphan init to PID 1, and not every PID 1 reaps.
         tree = worker.pids or _tree(worker.popen.pid)

@@ -5,7 +5,7 @@ copied file inside the jail). It encodes and decodes frames and does blocking fr
 host's non-blocking reader lives in ``channel.py``. It does not decide what a message means.
 
 Messages (``op`` field):
-  host -> worker   load{id, llm}  exec{id, code}  llm_result{id, texts | error}
+  host -> worker   load{id, llm}  exec{id, code, soft_timeout_s}  llm_result{id, texts | error}
   worker -> host   ready{layers, missing, info}  loaded{id, chars}  llm{id, items}
                    result{id, stdout, dropped, error, timed_out, answer_ready, answer_json}
 Everything the worker sends is untrusted: the host only ever ``json.loads`` it, caps its size and checks ids.

@@ -126,6 +126,7 @@ class Repl:
         self.stdout, self.stderr = sys.stdout, sys.stderr
         self.cells = self.llm_seq = 0
         self.in_cell = False
+        self.soft_timeout_s = cfg["soft_timeout_s"]
 
     # ---- helpers the model calls ------------------------------------------------------------------------
     def final(self, value: object) -> None:
@@ -190,18 +191,21 @@ class Repl:
     # ---- timers -----------------------------------------------------------------------------------------
     def _on_alarm(self, signum: int, frame: object) -> None:
         if self.in_cell:
-            raise CellTimeout(
-                f"the cell ran past its time limit of {self.cfg['soft_timeout_s']:g} s and was interrupted "
-                "(variables are kept)"
-            )
+            limit = self.soft_timeout_s
+            if limit < self.cfg["soft_timeout_s"]:  # the host shortened it: the turn's own limit is near
+                what = f"the time its turn had left ({limit:.3g} s)"
+            else:
+                what = f"its time limit of {limit:g} s"
+            raise CellTimeout(f"the cell ran past {what} and was interrupted (variables are kept)")
 
     def _on_xcpu(self, signum: int, frame: object) -> None:
         if self.in_cell:
             raise CellTimeout("this episode has used up its CPU-time budget")
 
     # ---- one cell ---------------------------------------------------------------------------------------
-    def run(self, cell_id: int, code: str) -> dict:
+    def run(self, cell_id: int, code: str, soft_timeout_s: float) -> dict:
         self.cells += 1
+        self.soft_timeout_s = soft_timeout_s
         name = f"<cell-{self.cells}>"
         out = CappedOutput(self.cfg["max_output_chars"])
         # Re-install what an earlier cell may have tampered with.
@@ -212,7 +216,7 @@ class Repl:
         started = time.perf_counter()
         self.in_cell = True
         # The interval re-fires the timeout if the cell swallows it; the host's hard deadline is the guarantee.
-        signal.setitimer(signal.ITIMER_REAL, self.cfg["soft_timeout_s"], 0.5)
+        signal.setitimer(signal.ITIMER_REAL, soft_timeout_s, 0.5)
         try:
             try:
                 linecache.cache[name] = (len(code), None, code.splitlines(True), name)
@@ -316,8 +320,12 @@ def main(argv: list[str]) -> None:
         message = protocol.read_frame(fd_in, max_frame)
         if message.get("op") != "exec" or not isinstance(message.get("code"), str):
             raise protocol.ProtocolError("expected an exec frame")
+        # The host may shorten this cell's limit (what is left of its step); it never lengthens it.
+        soft = message.get("soft_timeout_s")
+        if type(soft) not in (int, float) or not 0 < soft <= cfg["soft_timeout_s"]:
+            soft = cfg["soft_timeout_s"]
         try:
-            result = repl.run(message.get("id"), message["code"])
+            result = repl.run(message.get("id"), message["code"], soft)
         except CellTimeout:  # the timer fired in the few instructions between the cell's end and disarming it
             repl.in_cell = False
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from fathom.server.demo_cli import add_demo_flags
 
 if TYPE_CHECKING:  # the environment (openenv, gradio) takes seconds to import: not for `fathom --help`
     from fathom.env import SubLM
+    from fathom.server.app import ServerConfig
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -53,6 +55,21 @@ def load_sub_lm(spec: str, key_file: Path | None = None) -> SubLM | None:
         path = spec.removeprefix("hf:")
         return HFSubLM(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))
     raise ValueError(f"--sub-lm {spec!r}: expected none, scripted, expert, openai:URL:MODEL or hf:PATH")
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type: a number > 0, or a clear usage error."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
 
 
 def read_token(args: argparse.Namespace) -> str | None:
@@ -99,15 +116,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-body-mb", type=float, default=64.0, help="largest request body or WebSocket message"
     )
+    p.add_argument(
+        "--max-turns",
+        type=positive(int),
+        default=12,
+        metavar="N",
+        help="turns per episode before it ends (default 12)",
+    )
+    p.add_argument(
+        "--step-timeout",
+        type=positive(float),
+        default=60.0,
+        metavar="S",
+        help="wall-clock limit of one step, all its cells and llm() calls together (default 60)",
+    )
     add_demo_flags(p)  # the web demo's trace browser and model policy (fathom.server.demo_cli)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
 
+def server_config(args: argparse.Namespace, token: str | None) -> ServerConfig:
+    """What the parsed flags ask of the server and of every episode it runs."""
+    from fathom.env import EnvConfig
+    from fathom.server.app import ServerConfig
+
+    return ServerConfig(
+        max_sessions=args.max_sessions,
+        idle_timeout_s=args.idle_timeout or None,
+        token=token,
+        max_body_bytes=int(args.max_body_mb * 2**20),
+        pool_size=args.pool,
+        env=EnvConfig(max_iterations=args.max_turns, step_timeout_s=args.step_timeout),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from fathom.server.app import ServerConfig, create_app, uvicorn_config
+    from fathom.server.app import create_app, uvicorn_config
     from fathom.server.demo_cli import demo_config
     from fathom.tasks import load_tasks
 
@@ -118,13 +164,7 @@ def run(args: argparse.Namespace) -> int:
             "in sandboxes (use --token-file)",
             file=sys.stderr,
         )
-    config = ServerConfig(
-        max_sessions=args.max_sessions,
-        idle_timeout_s=args.idle_timeout or None,
-        token=token,
-        max_body_bytes=int(args.max_body_mb * 2**20),
-        pool_size=args.pool,
-    )
+    config = server_config(args, token)
     tasks = load_tasks(args.tasks) if args.tasks else None
     sub_lm = load_sub_lm(args.sub_lm, args.sub_lm_key_file)
     app = create_app(config, sub_lm=sub_lm, tasks=tasks, demo=demo_config(args))

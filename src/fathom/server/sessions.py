@@ -127,8 +127,11 @@ class SessionRegistry:
         if session is None:
             raise UnknownSession(session_id)
         session.closed = True
-        async with session.lock:  # let an in-flight step finish before its worker goes away
-            await session.env.aclose()
+        # Closing first interrupts a step in flight (it ends with end_reason "closed"); the lock then
+        # waits until that step has returned.
+        await session.env.aclose()
+        async with session.lock:
+            pass
 
     async def reap(self) -> list[str]:
         """Close sessions idle longer than the timeout; a session mid-step is never idle."""
