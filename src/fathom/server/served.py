@@ -10,7 +10,9 @@ Every reset that reaches the server — session-keyed HTTP or OpenEnv's /ws — 
 - reports a bad request as `InvalidTask` (or the environment's `TaskNotFound`), so the HTTP routes can
   answer 422/404 while anything else stays a server error.
 
-Episodes themselves run exactly as in-process; this module adds no behaviour after the reset.
+Episodes run as in-process with one difference: a step's tokens are counted from its text (the task
+layer's estimate), never taken from the client's ``num_tokens``, so a client cannot buy a better token
+score by under-reporting.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class InvalidTask(ValueError):
 
 
 class ServedEnvironment(RLMEnvironment):
+    TRUSTS_TOKEN_COUNTS = False
     def __init__(self, *args: Any, max_length_tokens: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_length_tokens = max_length_tokens
