@@ -141,7 +141,7 @@ def mount_demo(
         if body.policy == "model" and demo.model is None:
             raise InvalidTask("no model policy: start the server with --demo-model NAME")
         task = await asyncio.to_thread(build_task, body, max_length_tokens)
-        registry.reserve()  # a demo episode holds a sandbox like a session does
+        await registry.reserve()  # a demo episode holds a sandbox like a session does
         episode = stream_episode(body, task, expert_chat.get, demo.model, make_env, env_config)
         return StreamingResponse(
             _events(episode, registry.release_reservation),
