@@ -13,8 +13,8 @@ HTTP sessions and OpenEnv's /ws and /mcp sessions share one cap (`SessionRegistr
 server reports to through `openenv_bridge.CountedEnvServer`); the idle reaper and the shutdown cleanup
 run from the app's lifespan, so every sandbox worker is closed on session close, idle reap and server
 shutdown. Bad input is a 4xx with a ``{"detail": ...}`` message and touches no other
-session. `uvicorn_config` gives the ASGI-server settings that go with an app (WebSocket size cap, graceful
-shutdown). This module does not parse the command line (cli.py) or run the environment's logic.
+session. `uvicorn_config` gives the ASGI-server settings that go with an app (WebSocket size cap, request-head
+timeout, graceful shutdown). This module does not parse the command line (cli.py) or run the environment's logic.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from fathom.server.protocol import (
 from fathom.server.security import BearerAuth, BodyLimit
 from fathom.server.served import InvalidTask, ServedEnvironment
 from fathom.server.sessions import CapacityError, SessionRegistry, UnknownSession
+from fathom.server.timeouts import head_timeout_protocol
 from fathom.tasks import Task
 
 ENV_NAME = "fathom"
@@ -62,6 +63,7 @@ class ServerConfig:
     max_body_bytes: int = 64 * 2**20  # an inline task carries its document: 1M tokens is ~4-5 MB
     max_length_tokens: int = 2_000_000  # largest document a client may ask a generator for
     pool_size: int = 0  # sandbox workers kept pre-started (0: spawn one per reset, ~50 ms)
+    client_timeout_s: float = 10.0  # to send a request head, and at most between two pieces of a body
     env: EnvConfig = field(default_factory=EnvConfig)
 
 
@@ -104,6 +106,7 @@ def create_app(
             await registry.close_all()
             if app.state.pool is not None:
                 await app.state.pool.close()
+            demo_tasks.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="FATHOM environment server",
@@ -128,10 +131,10 @@ def create_app(
 
     _add_error_handlers(app)
     _add_session_routes(app, registry, make_env)
-    mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
+    demo_tasks = mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
     # Added last = outermost: auth first, then the body cap, then WebSocket slots.
     app.add_middleware(WebSocketGate, registry=registry)
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, idle_s=config.client_timeout_s)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
     return app
@@ -145,6 +148,7 @@ def uvicorn_config(
         "host": host,
         "port": port,
         "ws_max_size": server_config.max_body_bytes,  # WebSocket frames get the same cap as bodies
+        "http": head_timeout_protocol(server_config.client_timeout_s),  # no half-sent request heads
         "timeout_graceful_shutdown": 10,  # then the lifespan closes whatever is left
         "log_level": "warning",
         "lifespan": "on",
