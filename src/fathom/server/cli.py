@@ -113,6 +113,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-body-mb", type=float, default=64.0, help="largest request body or WebSocket message"
     )
+    p.add_argument(
+        "--client-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="close a connection that takes S seconds to send a request head, or stalls its body as long",
+    )
     add_demo_flags(p)  # the web demo's trace browser and model policy (fathom.server.demo_cli)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
@@ -138,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         max_body_bytes=int(args.max_body_mb * 2**20),
         pool_size=args.pool,
+        client_timeout_s=args.client_timeout,
     )
     tasks = load_tasks(args.tasks) if args.tasks else None
     sub_lm = load_sub_lm(args.sub_lm, args.sub_lm_key_file)
