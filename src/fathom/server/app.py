@@ -132,7 +132,7 @@ def create_app(
     _add_error_handlers(app)
     _add_session_routes(app, registry, make_env)
     demo_tasks = mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
-    # Added last = outermost: auth first, then the body cap, then WebSocket slots.
+    # Added last = outermost: auth first, then the body cap, then the /ws connection guard.
     app.add_middleware(WebSocketGate, registry=registry)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, idle_s=config.client_timeout_s)
     if config.token is not None:
