@@ -200,6 +200,7 @@ def test_session_cap_counts_http_and_websocket_together(task):
             "active": 2,
             "http": 1,
             "websocket": 1,
+            "mcp": 0,
             "max_sessions": 2,
         }
         refused = httpx.post(f"{base}/reset", json={"task_id": task.id})
@@ -243,6 +244,7 @@ def test_idle_sessions_are_reaped_over_http_and_websocket(task):
             "active": 1,
             "http": 1,
             "websocket": 0,
+            "mcp": 0,
             "max_sessions": 4,
         }
         gone = httpx.get(f"{base}/state", params={"session_id": idle.session_id})

@@ -11,9 +11,9 @@ import pytest
 import websockets
 from server_support import running_server
 
-from fathom.env import EnvConfig
+from fathom.env import EnvConfig, RLMAction
 from fathom.server import FathomClient, ServerConfig, create_app
-from fathom.tasks import generate_task
+from fathom.tasks import estimate_tokens, generate_task
 
 MAX_BODY = 100_000
 MAX_SESSIONS = 3
@@ -263,4 +263,69 @@ def test_bad_websocket_frames(base, witness, task):
             return ws.close_code
 
     assert asyncio.run(main()) == 1009  # message too big
+    assert_still_serving(base, witness, task)
+
+
+def test_malformed_websocket_messages_keep_the_session(base, witness, task):
+    ws_url = base.replace("http", "ws") + "/ws"
+
+    async def main():
+        async with websockets.connect(ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"task_id": task.id}}))
+            assert json.loads(await ws.recv())["data"]["observation"]["task_id"] == task.id
+            replies = []
+            for frame in [
+                "[1, 2]",
+                "null",
+                '"reset"',
+                b'{"type": "state"}',  # a binary frame
+                json.dumps({"type": "reset", "data": {"task": "a string"}}),
+                json.dumps({"type": "reset", "data": {"family": "niah", "seed": "abc"}}),
+                json.dumps({"type": "reset", "data": {"family": "niah", "length_tokens": [5]}}),
+                json.dumps({"type": "step", "data": [1, 2]}),
+            ]:
+                await ws.send(frame)
+                replies.append(json.loads(await ws.recv()))
+            # the session survived every one of them: its episode still steps
+            await ws.send(json.dumps({"type": "step", "data": {"text": "```repl\nprint(len(ctx))\n```"}}))
+            after = json.loads(await ws.recv())
+            return replies, after
+
+    replies, after = asyncio.run(main())
+    assert all(r["type"] == "error" for r in replies), replies
+    codes = [r["data"]["code"] for r in replies]
+    assert codes[:4] == ["INVALID_JSON"] * 4 and codes[-1] == "VALIDATION_ERROR", codes
+    messages = [r["data"]["message"] for r in replies]
+    for message, fragment in zip(
+        messages,
+        [
+            "a message must be a JSON object, got an array",
+            "a message must be a JSON object, got null",
+            "a message must be a JSON object, got a string",
+            "send messages as text frames",
+            "task: Input should be a valid dictionary",
+            "seed: Input should be a valid integer",
+            "length_tokens: Input should be a valid integer",
+            "Invalid message",
+        ],
+        strict=True,
+    ):
+        assert fragment in message, (fragment, message)
+    assert after["data"]["observation"]["cells"][0]["stdout"].strip() == str(len(task.document))
+    assert_still_serving(base, witness, task)
+
+
+def test_client_token_counts_are_not_trusted(base, witness, task):
+    filler = "# " + "x" * 79_990 + "\n"
+    turn = f"{filler}```repl\nFINAL({task.answer!r})\n```"
+    rewards, tokens = [], []
+    for reported in (0, estimate_tokens(turn), None):
+        with FathomClient(base) as client:
+            client.reset(task_id=task.id)
+            observation = client.step(RLMAction(text=turn, num_tokens=reported))
+            assert observation.done and observation.reward_breakdown["correct"] is True
+            rewards.append(observation.reward)
+            tokens.append(client.state.tokens)
+    assert tokens == [estimate_tokens(turn)] * 3  # the server counts the text it received
+    assert rewards[0] == rewards[1] == rewards[2]
     assert_still_serving(base, witness, task)

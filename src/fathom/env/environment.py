@@ -102,6 +102,9 @@ class ChildTask:
 
 class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
+    # In-process, the caller generated the turn and may pass its exact token count. A server sets False:
+    # a client could report any count, so the environment counts the text it received itself.
+    TRUSTS_TOKEN_COUNTS = True
 
     def __init__(
         self,
@@ -207,9 +210,9 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             raise RuntimeError("step() before reset(): start an episode first")
         started = time.perf_counter()
         state, sandbox = self._state, self._sandbox  # close() may clear self._sandbox mid-step
-        tokens = action.num_tokens
+        tokens = action.num_tokens if self.TRUSTS_TOKEN_COUNTS else None
         if tokens is None:
-            tokens = estimate_tokens(action.text)  # a client that sends no count gets the estimate
+            tokens = estimate_tokens(action.text)
         self._turn_subcalls = []
         cells: list[CellRecord] = []
         answer_ready, answer = False, None

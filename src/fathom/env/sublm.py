@@ -2,7 +2,8 @@
 
 A service is any object with ``async complete(requests) -> list[SubLMReply]``. Three real ones:
 
-- `ScriptedSubLM`: a plain Python function ``(prompt, chunk) -> str`` (tests, the expert policy).
+- `ScriptedSubLM`: a plain Python function ``(prompt, chunk) -> str`` (tests, the expert policy), run
+  on its own thread.
 - `OpenAISubLM`: any OpenAI-compatible endpoint (vLLM, llama.cpp server, …) through the `openai` client.
 - `HFSubLM`: an in-process transformers model; requests from *all* episodes that arrive while the model
   is busy are batched into one `generate` call by `RequestBatcher`.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -51,15 +53,26 @@ def render_request(request: SubLMRequest) -> str:
 
 
 class ScriptedSubLM:
-    """Answers with a Python function; used by tests and by the expert policy's simulated reader."""
+    """Answers with a Python function; used by tests and by the expert policy's simulated reader.
+
+    The function runs on the service's own thread, off the event loop: a reader scanning large chunks
+    for many episodes would otherwise stall every other session the loop serves. One thread, because
+    the calls are pure Python and the GIL runs one at a time anyway; nor does it take a thread of the
+    loop's default pool, which resets need."""
 
     def __init__(self, fn: Callable[[str, str], str]) -> None:
         self.fn = fn
         self.calls = 0
+        self._thread: ThreadPoolExecutor | None = None  # started on the first call
+
+    def _answer(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
+        return [SubLMReply(self.fn(r.prompt, r.chunk)) for r in requests]
 
     async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
         self.calls += 1
-        return [SubLMReply(self.fn(r.prompt, r.chunk)) for r in requests]
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fathom-scripted-sub-lm")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._answer, list(requests))
 
 
 class RequestBatcher(Generic[T, R]):

@@ -1,9 +1,11 @@
 """`fathom serve`: the RLM environment over HTTP and WebSocket on OpenEnv's contract, and its clients.
 
-The app (`create_app`) lives in `app.py`, sessions and their cap in `sessions.py`, the token and
-body-size guards in `security.py`, the server's input policy in `served.py`, the wire messages in
-`protocol.py`, the clients in `client.py` and the command line in `cli.py`. Nothing here changes what an
-episode does: that is `fathom.env`.
+The app (`create_app`) lives in `app.py`, sessions and their cap in `sessions.py` (OpenEnv's /ws and
+/mcp sessions reach it through `openenv_bridge.py`), the token, body-size and stalled-body guards in
+`security.py`, the request-head timeout in `timeouts.py`, the server's input policy in `served.py`, the
+wire messages in `protocol.py`, the clients in `client.py` and the command line in `cli.py`. Nothing here
+changes what an episode does (that is `fathom.env`), except that a served step's tokens are counted
+from its text, not taken from the client.
 
 Names are imported on first use, so `fathom --help` does not pay for importing the web stack.
 """

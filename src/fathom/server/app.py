@@ -9,11 +9,12 @@
   ``GET /sessions`` (slot counts) and ``GET /healthz``;
 - the web demo (`fathom.server.demo`): the page at ``/`` and ``/demo``, live episodes, the trace browser.
 
-HTTP sessions and WebSocket connections share one cap (`SessionRegistry`); the idle reaper and the
-shutdown cleanup run from the app's lifespan, so every sandbox worker is closed on session close, idle
-reap and server shutdown. Bad input is a 4xx with a ``{"detail": ...}`` message and touches no other
-session. `uvicorn_config` gives the ASGI-server settings that go with an app (WebSocket size cap, graceful
-shutdown). This module does not parse the command line (cli.py) or run the environment's logic.
+HTTP sessions and OpenEnv's /ws and /mcp sessions share one cap (`SessionRegistry`, which OpenEnv's
+server reports to through `openenv_bridge.CountedEnvServer`); the idle reaper and the shutdown cleanup
+run from the app's lifespan, so every sandbox worker is closed on session close, idle reap and server
+shutdown. Bad input is a 4xx with a ``{"detail": ...}`` message and touches no other
+session. `uvicorn_config` gives the ASGI-server settings that go with an app (WebSocket size cap, request-head
+timeout, graceful shutdown). This module does not parse the command line (cli.py) or run the environment's logic.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from openenv.core.env_server import HTTPEnvServer
 
 from fathom.env import EnvConfig, RLMAction, RLMObservation, RLMState, SubLM, TaskNotFound
 from fathom.sandbox import SandboxPool
 from fathom.server.demo import DemoConfig, mount_demo
+from fathom.server.openenv_bridge import CountedEnvServer, WebSocketGate
 from fathom.server.protocol import (
     CloseResponse,
     HealthResponse,
@@ -41,10 +42,12 @@ from fathom.server.protocol import (
     SessionsResponse,
     StepRequest,
     StepResponse,
+    describe_errors,
 )
 from fathom.server.security import BearerAuth, BodyLimit
 from fathom.server.served import InvalidTask, ServedEnvironment
-from fathom.server.sessions import CapacityError, SessionRegistry, UnknownSession, WebSocketGate
+from fathom.server.sessions import CapacityError, SessionRegistry, UnknownSession
+from fathom.server.timeouts import head_timeout_protocol
 from fathom.tasks import Task
 
 ENV_NAME = "fathom"
@@ -54,12 +57,13 @@ ENV_NAME = "fathom"
 class ServerConfig:
     """What a server allows; `env` is the configuration of every episode it runs."""
 
-    max_sessions: int = 64  # HTTP sessions + WebSocket connections open at once
+    max_sessions: int = 64  # HTTP, /ws and /mcp sessions open at once
     idle_timeout_s: float | None = 600.0  # None: sessions live until closed
     token: str | None = None  # None: no bearer token required
     max_body_bytes: int = 64 * 2**20  # an inline task carries its document: 1M tokens is ~4-5 MB
     max_length_tokens: int = 2_000_000  # largest document a client may ask a generator for
     pool_size: int = 0  # sandbox workers kept pre-started (0: spawn one per reset, ~50 ms)
+    client_timeout_s: float = 10.0  # to send a request head, and at most between two pieces of a body
     env: EnvConfig = field(default_factory=EnvConfig)
 
 
@@ -102,6 +106,7 @@ def create_app(
             await registry.close_all()
             if app.state.pool is not None:
                 await app.state.pool.close()
+            demo_tasks.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="FATHOM environment server",
@@ -112,21 +117,24 @@ def create_app(
     app.state.registry = registry
     app.state.config = config
     app.state.pool = None  # a SandboxPool while serving, when config.pool_size > 0
-    HTTPEnvServer(
+    CountedEnvServer(
         make_env,
         RLMAction,
         RLMObservation,
-        max_concurrent_envs=config.max_sessions,  # a backstop: WebSocketGate counts them with HTTP sessions
+        # The registry holds the cap; OpenEnv's own count is a backstop above it, since a session being
+        # torn down stays in OpenEnv's table after its slot is free.
+        max_concurrent_envs=2 * config.max_sessions,
         env_name=ENV_NAME,
         state_cls=RLMState,
+        registry=registry,
     ).register_routes(app, mode="production")  # explicit: OPENENV_MODE must not change our routes
 
     _add_error_handlers(app)
     _add_session_routes(app, registry, make_env)
-    mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
-    # Added last = outermost: auth first, then the body cap, then WebSocket slots.
+    demo_tasks = mount_demo(app, registry, config.env, config.max_length_tokens, demo or DemoConfig())
+    # Added last = outermost: auth first, then the body cap, then the /ws connection guard.
     app.add_middleware(WebSocketGate, registry=registry)
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, idle_s=config.client_timeout_s)
     if config.token is not None:
         app.add_middleware(BearerAuth, token=config.token)
     return app
@@ -140,6 +148,7 @@ def uvicorn_config(
         "host": host,
         "port": port,
         "ws_max_size": server_config.max_body_bytes,  # WebSocket frames get the same cap as bodies
+        "http": head_timeout_protocol(server_config.client_timeout_s),  # no half-sent request heads
         "timeout_graceful_shutdown": 10,  # then the lifespan closes whatever is left
         "log_level": "warning",
         "lifespan": "on",
@@ -165,15 +174,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         if broken is not None:
             reason = (broken.get("ctx") or {}).get("error", broken["msg"])
             return _error(400, f"malformed JSON at position {broken['loc'][-1]}: {reason}")
-        parts = []
-        for e in errors:
-            loc = e["loc"][1:] if e["loc"][:1] == ("body",) else e["loc"]  # body fields by their own name
-            where = ".".join(str(p) for p in loc) or "body"
-            if e["type"] == "extra_forbidden":
-                parts.append(f"unknown field {where!r}")
-            else:
-                parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
-        return _error(422, "invalid request: " + "; ".join(parts))
+        return _error(422, "invalid request: " + describe_errors(errors))
 
     async def unknown_session(_: Request, exc: Exception) -> JSONResponse:
         return _error(404, str(exc))
@@ -200,7 +201,7 @@ def _add_session_routes(
     @app.post("/reset", response_model=ResetResponse, tags=["FATHOM sessions"])
     async def reset(body: ResetRequest) -> ResetResponse:
         """Start an episode in a new session; the reply carries its `session_id`."""
-        registry.reserve()
+        await registry.reserve()
         env = make_env()
         try:
             observation = await env.reset_async(**body.model_dump(exclude_none=True))
@@ -238,8 +239,9 @@ def _add_session_routes(
     async def sessions() -> SessionsResponse:
         return SessionsResponse(
             active=registry.active,
-            http=len(registry),
-            websocket=registry.websockets,
+            http=registry.count("http"),
+            websocket=registry.count("websocket"),
+            mcp=registry.count("mcp"),
             max_sessions=registry.max_sessions,
         )
 

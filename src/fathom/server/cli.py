@@ -130,6 +130,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="S",
         help="wall-clock limit of one step, all its cells and llm() calls together (default 60)",
     )
+    p.add_argument(
+        "--client-timeout",
+        type=positive(float),
+        default=10.0,
+        metavar="S",
+        help="close a connection that takes S seconds to send a request head, or stalls its body as long",
+    )
     add_demo_flags(p)  # the web demo's trace browser and model policy (fathom.server.demo_cli)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
@@ -147,6 +154,7 @@ def server_config(args: argparse.Namespace, token: str | None) -> ServerConfig:
         max_body_bytes=int(args.max_body_mb * 2**20),
         pool_size=args.pool,
         env=EnvConfig(max_iterations=args.max_turns, step_timeout_s=args.step_timeout),
+        client_timeout_s=args.client_timeout,
     )
 
 

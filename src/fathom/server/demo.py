@@ -5,7 +5,8 @@
 - ``GET /`` (redirects to ``/demo``), ``GET /demo`` (the page) and ``/demo/static/*`` (its CSS and JS:
   plain files shipped with the package, no build step, nothing fetched from elsewhere);
 - ``GET /demo/api/options``: families, lengths and policies the page may offer;
-- ``POST /demo/api/run``: one episode (`demo_runs.RunRequest`) streamed as server-sent events —
+- ``POST /demo/api/run``: one episode (`demo_runs.RunRequest`; its task built on the demo's own two
+  threads, never on the pool that sessions need) streamed as server-sent events —
   ``task``, ``start``, one ``turn`` per model turn, ``end`` (or ``error``) — each ``data`` a JSON object;
   the episode takes a session slot (`SessionRegistry`) and stops when the page goes away;
 - ``GET /demo/api/runs``, ``/demo/api/traces?file=&offset=&limit=``, ``/demo/api/trace?file=&line=``: the
@@ -23,6 +24,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ from fathom.tasks import DIFFICULTIES, FAMILIES
 
 STATIC = Path(__file__).parent / "static"
 LENGTHS = (2048, 8192, 32768, 131072, 1048576)
+MAX_LINE = 10**9  # a line number past any trace file; itertools.islice refuses numbers over 2**63 - 1
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -103,9 +106,15 @@ def mount_demo(
     env_config: EnvConfig,
     max_length_tokens: int,
     demo: DemoConfig,
-) -> None:
-    """Add the demo page and its API to `app` (its sandbox pool, if any, is read from ``app.state``)."""
+) -> ThreadPoolExecutor:
+    """Add the demo page and its API to `app` (its sandbox pool, if any, is read from ``app.state``).
+
+    Returns the demo's own executor, which builds tasks (generators, family solvers) off the default one
+    that sessions' resets use; the caller shuts it down with the server."""
     expert_chat = _ExpertChat()
+    # Two threads: a few demo requests at once may build tasks, and no number of them reaches the pool
+    # that session resets parse their documents on.
+    tasks = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fathom-demo-task")
     router = APIRouter(tags=["web demo"])
 
     def make_env(config: EnvConfig, sub_lm: SubLM) -> RLMEnvironment:
@@ -140,8 +149,8 @@ def mount_demo(
         """One episode as server-sent events: task, start, turn..., end (or error)."""
         if body.policy == "model" and demo.model is None:
             raise InvalidTask("no model policy: start the server with --demo-model NAME")
-        task = await asyncio.to_thread(build_task, body, max_length_tokens)
-        registry.reserve()  # a demo episode holds a sandbox like a session does
+        task = await asyncio.get_running_loop().run_in_executor(tasks, build_task, body, max_length_tokens)
+        await registry.reserve()  # a demo episode holds a sandbox like a session does
         episode = stream_episode(body, task, expert_chat.get, demo.model, make_env, env_config)
         return StreamingResponse(
             _events(episode, registry.release_reservation),
@@ -157,14 +166,14 @@ def mount_demo(
 
     @router.get("/demo/api/traces")
     async def traces(
-        file: str, offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)
+        file: str, offset: int = Query(0, ge=0, le=MAX_LINE), limit: int = Query(50, ge=1, le=500)
     ) -> dict[str, Any]:
         path = _trace_file(demo, file)
         rows = await asyncio.to_thread(summaries, path, offset, limit)
         return {"file": file, "offset": offset, "rows": rows}
 
     @router.get("/demo/api/trace")
-    async def trace(file: str, line: int = Query(ge=0)) -> dict[str, Any]:
+    async def trace(file: str, line: int = Query(ge=0, le=MAX_LINE)) -> dict[str, Any]:
         path = _trace_file(demo, file)
         try:
             return await asyncio.to_thread(read_trace, path, line)
@@ -175,6 +184,7 @@ def mount_demo(
 
     app.mount("/demo/static", StaticFiles(directory=STATIC), name="demo-static")
     app.include_router(router)
+    return tasks
 
 
 async def _events(

@@ -4,7 +4,8 @@ rollout engine, yielding each piece of the episode as it happens.
 A request names a generated task (family, length, seed, difficulty) or pastes a document and a question.
 For a pasted one, the first task family whose reference solver answers the question from the document
 lends its name (so the expert's script for it applies) and, when no gold answer is given, its gold;
-otherwise the question is free-form and needs a gold answer.
+otherwise the question is free-form and needs a gold answer. A given gold is read before any solver
+runs, and solvers only read documents up to `SOLVER_MAX_CHARS` (a longer one needs its gold).
 
 Policies:
 
@@ -44,6 +45,11 @@ EXPERT_TOKENIZER = "tiny-smol"  # the expert's text only becomes ids for the eng
 DOCUMENT_HEAD_CHARS = 4000  # how much of the document the page shows
 MODEL_TOTAL_TOKENS = 8192  # completion-side budget of a model episode (CPU: keep it small)
 EXPERT_TOTAL_TOKENS = 1 << 20  # the expert is not context-limited; the budget only stops a broken episode
+# Longest pasted document the family solvers read: some are superlinear (pairs enumerates every pair of
+# users, ~0.1 s at 22K characters of records and ~7 s and 400 MB at 224K), and a paste must not hold a
+# thread and memory for that long. A longer document runs with the gold answer it is given.
+SOLVER_MAX_CHARS = 32_768
+MAX_QUESTION_CHARS = 4_000
 Event = tuple[str, dict[str, Any]]
 
 
@@ -60,7 +66,7 @@ class GeneratedTask(_Body):
 
 class PastedTask(_Body):
     document: str = Field(min_length=1)
-    question: str = Field(min_length=1)
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     gold: str = Field(
         "", description="JSON (a number, a list) or plain text; empty: solve it if a family can"
     )
@@ -125,6 +131,14 @@ def solving_family(question: str, document: str) -> tuple[str, Any] | None:
     return None
 
 
+def _checked_gold(gold: Any, metric_choice: str) -> tuple[Any, str]:
+    metric = _metric_for(gold) if metric_choice == "auto" else metric_choice
+    problem = answer_problem(metric, gold)
+    if problem:
+        raise InvalidTask(f"gold answer {gold!r}: {problem}")
+    return gold, metric
+
+
 def build_task(request: RunRequest, max_length_tokens: int) -> Task:
     """The task a request asks for; `InvalidTask` says what is wrong with it. CPU-bound: run in a thread."""
     if request.generated is not None:
@@ -136,19 +150,23 @@ def build_task(request: RunRequest, max_length_tokens: int) -> Task:
         return generate_task(g.family, g.seed, g.length_tokens, g.difficulty)
     p = request.pasted
     assert p is not None  # RunRequest checks that exactly one is given
-    solved = solving_family(p.question, p.document)
-    if p.gold.strip():
-        gold = _parse_gold(p.gold)
+    # The given gold is read first: a bad one is refused before any solver runs, and a good one
+    # needs a solver only to name the family (whose expert script then applies).
+    given = _checked_gold(_parse_gold(p.gold), p.metric) if p.gold.strip() else None
+    solved = solving_family(p.question, p.document) if len(p.document) <= SOLVER_MAX_CHARS else None
+    if given is not None:
+        gold, metric = given
     elif solved is not None:
-        gold = solved[1]
+        gold, metric = _checked_gold(solved[1], p.metric)
+    elif len(p.document) > SOLVER_MAX_CHARS:
+        raise InvalidTask(
+            f"give a gold answer: the task families' solvers read documents up to {SOLVER_MAX_CHARS:,} "
+            f"characters, and this one has {len(p.document):,}"
+        )
     else:
         raise InvalidTask(
             "give a gold answer: no task family's solver answers this question from this document"
         )
-    metric = _metric_for(gold) if p.metric == "auto" else p.metric
-    problem = answer_problem(metric, gold)
-    if problem:
-        raise InvalidTask(f"gold answer {gold!r}: {problem}")
     digest = hashlib.sha1(f"{p.question}\n{p.document}".encode()).hexdigest()[:8]
     family = solved[0] if solved is not None else "pasted"
     return Task(

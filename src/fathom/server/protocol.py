@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import ErrorDetails
 
 from fathom.env import RLMAction, RLMObservation
 
@@ -37,6 +38,25 @@ class ResetRequest(_Message):
         return self
 
 
+class WireReset(ResetRequest):
+    """A reset's arguments as any client sends them (OpenEnv's /ws adds its `episode_id`)."""
+
+    episode_id: str | None = None
+
+
+def describe_errors(errors: list[ErrorDetails]) -> str:
+    """Validation errors as one line, each field by its own name: "seed: Input should be ...; ..."."""
+    parts = []
+    for e in errors:
+        loc = e["loc"][1:] if e["loc"][:1] == ("body",) else e["loc"]  # body fields by their own name
+        where = ".".join(str(p) for p in loc) or "body"
+        if e["type"] == "extra_forbidden":
+            parts.append(f"unknown field {where!r}")
+        else:
+            parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
 class ResetResponse(_Message):
     session_id: str
     observation: RLMObservation
@@ -59,9 +79,10 @@ class CloseResponse(_Message):
 
 
 class SessionsResponse(_Message):
-    active: int = Field(description="Slots in use: HTTP sessions, resets in progress and WebSockets")
-    http: int
-    websocket: int
+    active: int = Field(description="Slots in use: every session below plus the resets in progress")
+    http: int = Field(description="Sessions made by POST /reset")
+    websocket: int = Field(description="Sessions of /ws connections (they end with their connection)")
+    mcp: int = Field(description="Sessions made by OpenEnv's openenv/session/create on /mcp")
     max_sessions: int
 
 

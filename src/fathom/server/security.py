@@ -1,17 +1,20 @@
-"""ASGI middleware guarding `fathom serve`: an optional bearer token and a cap on request-body size.
+"""ASGI middleware guarding `fathom serve`: an optional bearer token, a cap on request-body size and a
+limit on how long a body may stall.
 
 `BearerAuth` checks ``Authorization: Bearer <token>`` on every HTTP request and WebSocket handshake
 except the liveness probes, in constant time; a WebSocket without it is refused before the handshake
 (HTTP 401 where the server supports denial responses). `BodyLimit` refuses a body over the cap with 413 —
 at once when Content-Length says so, and while streaming for a chunked body that declares no length —
-so an oversized request never reaches a route. WebSocket message size is capped by the ASGI server
-(uvicorn's ``ws_max_size``, set in `app.uvicorn_config`).
+so an oversized request never reaches a route; a body that stops arriving for `idle_s` gets 408 and its
+connection is closed. WebSocket message size is capped by the ASGI server (uvicorn's ``ws_max_size``,
+set in `app.uvicorn_config`); a request head that never completes is timed in `timeouts.py`.
 
 This module knows nothing of sessions or environments.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 
@@ -70,10 +73,12 @@ def _as_websocket_denial(send: Send) -> Send:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, idle_s: float | None = None) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
-        self.app, self.max_bytes = app, max_bytes
+        if idle_s is not None and idle_s <= 0:
+            raise ValueError(f"idle_s must be > 0 or None, got {idle_s}")
+        self.app, self.max_bytes, self.idle_s = app, max_bytes, idle_s
 
     def _too_large(self) -> str:
         return f"request body too large: the limit is {self.max_bytes:,} bytes"
@@ -97,7 +102,12 @@ class BodyLimit:
         size = 0
         more = True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.idle_s)
+            except TimeoutError:
+                detail = f"request body not received: nothing arrived for {self.idle_s:g} s"
+                await send_json_error(send, 408, detail, [(b"connection", b"close")])
+                return
             if message["type"] == "http.disconnect":
                 return  # the client left mid-body: there is nobody to answer
             chunk = message.get("body", b"")

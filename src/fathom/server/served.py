@@ -3,6 +3,8 @@
 Every reset that reaches the server — session-keyed HTTP or OpenEnv's /ws — goes through
 `ServedEnvironment.reset_async`, which
 
+- checks the arguments' types and names (`protocol.WireReset`): /ws hands them over as the client sent
+  them, so a string where a task or a seed belongs is a clear error, not a crash mid-reset;
 - rejects a task that names a file (``document_path``): a client may only send its document inline;
 - caps the document length a client may ask a generator for (`max_length_tokens`);
 - resolves the task (parsing an inline document, or generating one) in a worker thread, so a large
@@ -10,7 +12,9 @@ Every reset that reaches the server — session-keyed HTTP or OpenEnv's /ws — 
 - reports a bad request as `InvalidTask` (or the environment's `TaskNotFound`), so the HTTP routes can
   answer 422/404 while anything else stays a server error.
 
-Episodes themselves run exactly as in-process; this module adds no behaviour after the reset.
+Episodes run as in-process with one difference: a step's tokens are counted from its text (the task
+layer's estimate), never taken from the client's ``num_tokens``, so a client cannot buy a better token
+score by under-reporting.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import ValidationError
+
 from fathom.env import RLMEnvironment, RLMObservation, TaskNotFound
+from fathom.server.protocol import WireReset, describe_errors
 from fathom.tasks import Task
 
 
@@ -27,6 +34,8 @@ class InvalidTask(ValueError):
 
 
 class ServedEnvironment(RLMEnvironment):
+    TRUSTS_TOKEN_COUNTS = False
+
     def __init__(self, *args: Any, max_length_tokens: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_length_tokens = max_length_tokens
@@ -64,7 +73,15 @@ class ServedEnvironment(RLMEnvironment):
         seed: int | None = None,
         length_tokens: int | None = None,
         episode_id: str | None = None,
-        **_: Any,
+        **unknown: Any,
     ) -> RLMObservation:
-        resolved = await self.resolve_served(task, task_id, family, seed, length_tokens)
-        return await super().reset_async(task=resolved, episode_id=episode_id)
+        given = {"task": task, "task_id": task_id, "family": family, "seed": seed}
+        given |= {"length_tokens": length_tokens, "episode_id": episode_id, **unknown}
+        try:
+            args = WireReset.model_validate({k: v for k, v in given.items() if v is not None})
+        except ValidationError as exc:
+            raise InvalidTask(f"invalid reset: {describe_errors(exc.errors())}") from exc
+        resolved = await self.resolve_served(
+            args.task, args.task_id, args.family, args.seed, args.length_tokens
+        )
+        return await super().reset_async(task=resolved, episode_id=args.episode_id)

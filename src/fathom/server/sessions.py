@@ -1,29 +1,36 @@
 """Session bookkeeping of `fathom serve`: who holds an environment, for how long, and cleaning up after.
 
-`SessionRegistry` owns the session-keyed HTTP sessions (one `RLMEnvironment` each, with a lock that
-serialises its steps), counts OpenEnv WebSocket connections against the same cap, reaps sessions idle
-longer than the timeout, and closes every environment it knows of — including the WebSocket ones, which
-OpenEnv's `HTTPEnvServer` creates through our factory — on shutdown, so no sandbox worker outlives the
-server. `WebSocketGate` is the ASGI middleware that takes and returns a WebSocket's slot and applies the
-idle timeout to a silent WebSocket client.
+`SessionRegistry` holds every session under one cap:
 
-This module does not parse requests, map errors to status codes (app.py) or check tokens (security.py).
+- ``http``: FATHOM's session-keyed HTTP sessions (one `RLMEnvironment` each, with a lock that serialises
+  its steps), created by ``POST /reset`` and found by id;
+- ``websocket`` and ``mcp``: the sessions OpenEnv's `HTTPEnvServer` makes for a /ws connection or an
+  ``openenv/session/create`` call on /mcp (`fathom.server.openenv_bridge` reports them here);
+- reservations: an HTTP reset or a demo episode that is building its environment.
+
+When every slot is taken, a session whose episode is over and that nobody is using (no step in flight,
+no WebSocket attached) is reclaimed, the least recently used first, before a newcomer is refused. The
+reaper closes HTTP sessions and unattached /mcp sessions idle longer than the timeout (a session mid-step
+or driven by a WebSocket is never idle). On shutdown every environment the server built is closed, so
+no sandbox worker outlives the server.
+
+This module does not parse requests, map errors to status codes (app.py), speak OpenEnv's /ws protocol
+(openenv_bridge.py) or check tokens (security.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-from openenv.core.env_server.types import WSErrorCode, WSErrorResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from typing import Literal
 
 from fathom.env import RLMEnvironment
+
+SessionKind = Literal["http", "websocket", "mcp"]
 
 
 class CapacityError(Exception):
@@ -43,13 +50,15 @@ class Session:
     env: RLMEnvironment
     created: float
     last_used: float
+    kind: SessionKind = "http"
     closed: bool = False
+    attached: bool = False  # an /mcp session a WebSocket drives now: neither idle nor reclaimable
     # Steps of one session are serialised; a held lock also marks the session busy for the reaper.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class SessionRegistry:
-    """HTTP sessions plus a count of WebSocket connections, under one cap."""
+    """Every session (HTTP, /ws, /mcp) and every reservation, under one cap."""
 
     def __init__(
         self,
@@ -62,50 +71,78 @@ class SessionRegistry:
         if idle_timeout_s is not None and idle_timeout_s <= 0:
             raise ValueError(f"idle_timeout_s must be > 0 or None, got {idle_timeout_s}")
         self.max_sessions, self.idle_timeout_s, self.clock = max_sessions, idle_timeout_s, clock
-        self._sessions: dict[str, Session] = {}
-        self._pending = 0  # HTTP resets in progress: they hold a slot before their session exists
-        self._websockets = 0
-        # Every environment the server built (HTTP and WebSocket), so shutdown can close them all.
+        self._sessions: dict[str, Session] = {}  # HTTP sessions, by id
+        self._openenv: dict[str, Session] = {}  # sessions OpenEnv holds (/ws and /mcp), by OpenEnv's id
+        self._pending = 0  # resets in progress: they hold a slot before their session exists
+        # Ends an OpenEnv session (its environment and worker); set by the bridge that reports them.
+        self._destroy_openenv: Callable[[str], Awaitable[None]] | None = None
+        # Every environment the server built (HTTP and OpenEnv), so shutdown can close them all.
         self._envs: weakref.WeakSet[RLMEnvironment] = weakref.WeakSet()
 
     # ---- capacity --------------------------------------------------------------------------------
     @property
     def active(self) -> int:
-        return len(self._sessions) + self._pending + self._websockets
+        return len(self._sessions) + len(self._openenv) + self._pending
 
-    @property
-    def websockets(self) -> int:
-        return self._websockets
+    def count(self, kind: SessionKind) -> int:
+        if kind == "http":
+            return len(self._sessions)
+        return sum(s.kind == kind for s in self._openenv.values())
 
-    def _take_slot(self) -> None:
+    def _reclaimable(self) -> Session | None:
+        """The least recently used session whose episode is over and that nobody is using."""
+        idle_http = (s for s in self._sessions.values() if not s.lock.locked())
+        idle_mcp = (s for s in self._openenv.values() if s.kind == "mcp" and not s.attached)
+        over = [s for s in (*idle_http, *idle_mcp) if s.env.state.done]
+        return min(over, key=lambda s: s.last_used, default=None)
+
+    async def reserve(self) -> None:
+        """Hold a slot for a session about to build its environment; release it with
+        `release_reservation` or turn it into a session with `add` / `adopt`."""
         # No await between the check and the increment: slots are exact on one event loop.
+        victim = None
         if self.active >= self.max_sessions:
-            raise CapacityError(
-                f"session limit reached: {self.active} of {self.max_sessions} sessions are open; "
-                "close one (DELETE /session/{id}) or retry later"
-            )
-
-    def reserve(self) -> None:
-        """Hold a slot for an HTTP reset that is about to build its environment."""
-        self._take_slot()
+            victim = self._reclaimable()
+            if victim is None:
+                raise CapacityError(
+                    f"session limit reached: {self.active} of {self.max_sessions} sessions are open; "
+                    "close one (DELETE /session/{id}) or retry later"
+                )
+            self._forget(victim)
         self._pending += 1
+        if victim is not None:
+            try:
+                await self._dispose(victim)
+            except BaseException:
+                self._pending -= 1
+                raise
 
     def release_reservation(self) -> None:
         self._pending -= 1
 
-    def open_websocket(self) -> None:
-        self._take_slot()
-        self._websockets += 1
+    def _forget(self, session: Session) -> None:
+        session.closed = True
+        table = self._sessions if session.kind == "http" else self._openenv
+        table.pop(session.id, None)
 
-    def close_websocket(self) -> None:
-        self._websockets -= 1
+    async def _dispose(self, session: Session) -> None:
+        """Close a session already forgotten: its environment, and for OpenEnv's, OpenEnv's record."""
+        if session.kind == "http":
+            # Closing first interrupts a step in flight (it ends with end_reason "closed"); the lock then
+            # waits until that step has returned.
+            await session.env.aclose()
+            async with session.lock:
+                pass
+            return
+        assert self._destroy_openenv is not None, "OpenEnv sessions are reported by the bridge"
+        await self._destroy_openenv(session.id)
 
-    # ---- sessions --------------------------------------------------------------------------------
+    # ---- HTTP sessions ---------------------------------------------------------------------------
     def track(self, env: RLMEnvironment) -> None:
         self._envs.add(env)
 
     def add(self, env: RLMEnvironment) -> Session:
-        """Turn a reservation into a live session."""
+        """Turn a reservation into a live HTTP session."""
         self._pending -= 1
         now = self.clock()
         session = Session(id=uuid.uuid4().hex, env=env, created=now, last_used=now)
@@ -123,30 +160,56 @@ class SessionRegistry:
         return len(self._sessions)
 
     async def close(self, session_id: str) -> None:
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.get(session_id)
         if session is None:
             raise UnknownSession(session_id)
-        session.closed = True
-        # Closing first interrupts a step in flight (it ends with end_reason "closed"); the lock then
-        # waits until that step has returned.
-        await session.env.aclose()
-        async with session.lock:
-            pass
+        self._forget(session)
+        await self._dispose(session)
 
+    # ---- OpenEnv sessions ------------------------------------------------------------------------
+    def bind_openenv(self, destroy: Callable[[str], Awaitable[None]]) -> None:
+        self._destroy_openenv = destroy
+
+    def adopt(self, session_id: str, env: RLMEnvironment, kind: SessionKind) -> None:
+        """Turn a reservation into a session OpenEnv made (for a /ws connection or an /mcp call)."""
+        self._pending -= 1
+        now = self.clock()
+        self._openenv[session_id] = Session(session_id, env, now, now, kind=kind)
+
+    def openenv_session(self, session_id: str) -> Session | None:
+        return self._openenv.get(session_id)
+
+    def touch(self, session_id: str) -> None:
+        if (session := self._openenv.get(session_id)) is not None:
+            session.last_used = self.clock()
+
+    def drop_openenv(self, env: RLMEnvironment) -> None:
+        """OpenEnv ended the session holding `env` (closed, reaped, or its /ws went): free its slot."""
+        gone = [s for s in self._openenv.values() if s.env is env]
+        for session in gone:
+            self._forget(session)
+
+    async def end_openenv(self, session_id: str) -> None:
+        """End an OpenEnv session now (its driving WebSocket went); a no-op if it has already ended."""
+        session = self._openenv.get(session_id)
+        if session is not None:
+            self._forget(session)
+            await self._dispose(session)
+
+    # ---- reaping and shutdown --------------------------------------------------------------------
     async def reap(self) -> list[str]:
-        """Close sessions idle longer than the timeout; a session mid-step is never idle."""
+        """Close sessions idle longer than the timeout; a session mid-step or attached is never idle.
+
+        /ws sessions are not reaped here: the WebSocket's own idle timeout closes a silent client."""
         if self.idle_timeout_s is None:
             return []
         now = self.clock()
-        stale = [
-            s
-            for s in self._sessions.values()
-            if not s.lock.locked() and now - s.last_used > self.idle_timeout_s
-        ]
+        http = [s for s in self._sessions.values() if not s.lock.locked()]
+        mcp = [s for s in self._openenv.values() if s.kind == "mcp" and not s.attached]
+        stale = [s for s in (*http, *mcp) if now - s.last_used > self.idle_timeout_s]
         for s in stale:
-            del self._sessions[s.id]
-            s.closed = True
-        await asyncio.gather(*(s.env.aclose() for s in stale))
+            self._forget(s)
+        await asyncio.gather(*(self._dispose(s) for s in stale))
         return [s.id for s in stale]
 
     async def run_reaper(self) -> None:
@@ -158,78 +221,11 @@ class SessionRegistry:
             await self.reap()
 
     async def close_all(self) -> None:
-        """Close every session and every environment built for a WebSocket (server shutdown)."""
-        sessions, self._sessions = list(self._sessions.values()), {}
+        """Close every session and every environment built for OpenEnv (server shutdown)."""
+        sessions = [*self._sessions.values(), *self._openenv.values()]
+        self._sessions, self._openenv = {}, {}
         for s in sessions:
             s.closed = True
         envs = {id(s.env): s.env for s in sessions} | {id(e): e for e in list(self._envs)}
         # aclose is idempotent: an environment OpenEnv already closed is a no-op here.
         await asyncio.gather(*(env.aclose() for env in envs.values()))
-
-
-class WebSocketGate:
-    """ASGI middleware: a WebSocket connection takes a session slot for its lifetime.
-
-    At capacity the connection is accepted, sent OpenEnv's `CAPACITY_REACHED` error frame and closed
-    (1013, try again later) — the same refusal OpenEnv's own server sends, which `EnvClient` reports as
-    a server error. A client that sends nothing for the idle timeout is closed (1001) and its
-    environment released; time spent inside a step does not count, only time waiting for the client.
-    """
-
-    def __init__(self, app: ASGIApp, registry: SessionRegistry) -> None:
-        self.app, self.registry = app, registry
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "websocket":
-            await self.app(scope, receive, send)
-            return
-        try:
-            self.registry.open_websocket()
-        except CapacityError as exc:
-            await _refuse_websocket(receive, send, str(exc), self.registry)
-            return
-        try:
-            await self.app(scope, *_idle_closing(receive, send, self.registry.idle_timeout_s))
-        finally:
-            self.registry.close_websocket()
-
-
-async def _refuse_websocket(receive: Receive, send: Send, message: str, registry: SessionRegistry) -> None:
-    if (await receive())["type"] != "websocket.connect":
-        return
-    error = WSErrorResponse(
-        data={
-            "message": message,
-            "code": WSErrorCode.CAPACITY_REACHED,
-            "active_sessions": registry.active,
-            "max_sessions": registry.max_sessions,
-        }
-    )
-    await send({"type": "websocket.accept"})
-    await send({"type": "websocket.send", "text": error.model_dump_json()})
-    await send({"type": "websocket.close", "code": 1013, "reason": "session limit reached"})
-
-
-def _idle_closing(receive: Receive, send: Send, idle_timeout_s: float | None) -> tuple[Receive, Send]:
-    """Wrap receive/send so a client silent for `idle_timeout_s` is closed and seen as disconnected."""
-    if idle_timeout_s is None:
-        return receive, send
-    closed = False
-
-    async def timed_receive() -> Message:
-        nonlocal closed
-        try:
-            return await asyncio.wait_for(receive(), idle_timeout_s)
-        except TimeoutError:
-            closed = True
-            with contextlib.suppress(RuntimeError, OSError):  # the client may be gone already
-                await send({"type": "websocket.close", "code": 1001, "reason": "idle timeout"})
-            return {"type": "websocket.disconnect", "code": 1001}
-
-    async def guarded_send(message: Message) -> None:
-        # The app closes the socket once more when it sees the disconnect; that close was ours.
-        if closed and message["type"] == "websocket.close":
-            return
-        await send(message)
-
-    return timed_receive, guarded_send

@@ -54,10 +54,12 @@ def find_trace_files(root: Path) -> list[dict[str, Any]]:
     if root.is_file():
         return [_describe(root, root.parent)]
     found = []
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(root):  # symlinked folders are listed in `dirs`, never entered
         depth = len(Path(folder).relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if depth < MAX_DEPTH else []
-        found += [_describe(Path(folder) / f, root) for f in sorted(files) if Path(f).match(TRACE_GLOB)]
+        paths = [Path(folder) / f for f in sorted(files) if Path(f).match(TRACE_GLOB)]
+        # A symlink out of the root (or to nothing) is not one of its files: neither listed nor read.
+        found += [_describe(p, root) for p in paths if p.is_file() and p.resolve().is_relative_to(root)]
     return found
 
 
@@ -85,10 +87,15 @@ def resolve_trace_file(root: Path, name: str) -> Path:
     """The trace file `name` (relative to `root`), refusing anything that is not one of its trace files."""
     root = root.resolve()
     base = root.parent if root.is_file() else root
-    path = (base / name).resolve()
-    inside = path == root if root.is_file() else path.is_relative_to(root)
-    if not inside or not path.is_file() or not path.match(TRACE_GLOB):
-        raise TraceNotFound(f"no trace file {name!r} under the runs folder")
+    missing = TraceNotFound(f"no trace file {name[:200]!r} under the runs folder")
+    try:
+        path = (base / name).resolve()
+        inside = path == root if root.is_file() else path.is_relative_to(root)
+        found = inside and path.is_file() and path.match(TRACE_GLOB)
+    except (ValueError, OSError) as exc:  # a NUL byte, a name or path too long for the file system
+        raise missing from exc
+    if not found:
+        raise missing
     return path
 
 
