@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # server_support
 
-from fathom.tasks import Task, generate_task, write_tasks  # noqa: E402
+from fathom.tasks import Task, generate_task, write_tasks
 
 LENGTH = 2048
 
