@@ -304,14 +304,15 @@ def trl_dataset(
     tasks: str | Path | Iterable[Task],
     inline: bool = False,
     chunk_chars: int = EnvConfig().chunk_chars,
+    system: str | None = None,
 ) -> Any:
-    """A `datasets.Dataset` for `GRPOTrainer`: per task, a conversational ``prompt`` (FATHOM's system
-    prompt with the tool note, and an empty user turn that `reset` fills) and ``task_id``, or with
-    ``inline=True`` the whole task record as JSON in ``task`` (its document read in)."""
+    """A `datasets.Dataset` for `GRPOTrainer`: per task, a conversational ``prompt`` (a system turn, by
+    default FATHOM's system prompt with the tool note, and an empty user turn that `reset` fills) and
+    ``task_id``, or with ``inline=True`` the whole task record as JSON in ``task`` (its document read in)."""
     from datasets import Dataset  # a training dependency: not needed to drive `FathomEnv` by hand
 
     prompt = [
-        {"role": "system", "content": tool_system_prompt(chunk_chars)},
+        {"role": "system", "content": tool_system_prompt(chunk_chars) if system is None else system},
         {"role": "user", "content": ""},
     ]
     rows = []
