@@ -39,10 +39,10 @@ def conversation(env: FathomEnv, row: dict, answer: str) -> list[dict]:
 
 SYSTEM = "Answer the question with the python tool."  # short: every fitting step reads the whole prompt
 # Both conversations share every token but the answer's: ln 2 each is the floor of their summed loss.
-FITTED_LOSS = 2 * 0.6931 + 0.3
+FITTED_LOSS = 2 * 0.6931 + 0.02
 
 
-def build_tool_model(task: Task, out: Path, max_steps: int = 150) -> Path:
+def build_tool_model(task: Task, out: Path, max_steps: int = 400) -> Path:
     """Fit and save the model (with its tokenizer) to `out`; returns `out`. Raises if it does not fit."""
     base = tiny_model_dir("tiny-qwen")
     tokenizer = AutoTokenizer.from_pretrained(base)
