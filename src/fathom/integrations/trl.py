@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, RLMObservation, RLMState, SubLM
-from fathom.env.environment import ChildPolicy
 from fathom.env.prompts import system_prompt
 from fathom.reward.compose import compose
 from fathom.reward.config import RewardConfig
@@ -94,9 +93,8 @@ class LocalEpisodes:
         config: EnvConfig,
         sub_lm: SubLM | None,
         tasks: list[Task],
-        child_policy: ChildPolicy | None = None,
     ) -> None:
-        self.env = RLMEnvironment(config, sub_lm, tasks=tasks, child_policy=child_policy)
+        self.env = RLMEnvironment(config, sub_lm, tasks=tasks)
         self.reward_config = config.reward
 
     def reset(self, task: Task | None, task_id: str | None) -> tuple[RLMObservation, Task]:
@@ -269,14 +267,14 @@ def in_process_factory(
     tasks: str | Path | Iterable[Task] | None = None,
     config: EnvConfig | None = None,
     sub_lm: SubLM | None = None,
-    child_policy: ChildPolicy | None = None,
 ) -> Callable[[], FathomEnv]:
     """An `environment_factory` whose episodes run here. `tasks` (a task file or tasks) serves rows by
-    `task_id`; `sub_lm` answers `llm()` (None: no sub-calls); `child_policy` is needed for max_depth >= 2."""
+    `task_id`; `sub_lm` answers `llm()` (None: no sub-calls; this environment runs no child episodes, so
+    ``config.max_depth`` above 1 means the same as 1)."""
     task_list, config = _task_list(tasks), config or EnvConfig()
 
     def make() -> FathomEnv:
-        return FathomEnv(LocalEpisodes(config, sub_lm, task_list, child_policy))
+        return FathomEnv(LocalEpisodes(config, sub_lm, task_list))
 
     return make
 
