@@ -162,3 +162,17 @@ def test_checkpoints_of_a_run_load_with_the_base_models_window(tmp_path):
         assert trained_from(path) == "tiny-smol" and loaded.config.max_position_embeddings == 32768
         assert context_window(path, loaded) == 2048 and tokenizer.pad_token_id is not None
         assert not hasattr(loaded, "peft_config")  # the adapter is merged into plain weights
+
+
+@pytest.mark.parametrize("mode", ["plain", "static"])
+def test_window_long_prompts_leave_room_for_the_reply(heldout_file, mode):
+    """The direct baseline's prompt fills the window up to its reply's budget, and every generation path runs
+    it (the removed `lean` decoder crashed here: prompt 8064 + 512 > its 8192-token cache)."""
+    from fathom.eval.policies import DirectPolicy
+
+    sampling = Sampling(max_new_tokens=128, temperature=0.0)
+    policy = DirectPolicy("tiny-smol", sampling=sampling, device="cpu", generation_mode=mode)
+    rows = policy.run(load_tasks(heldout_file)[:2])
+    for r in rows:
+        prompt = r["context_used"] - r["tokens"]
+        assert 2048 - 128 - 16 <= prompt <= 2048 - 128 and r["context_used"] <= 2048 and r["truncated"]

@@ -167,6 +167,9 @@ def sampling_params(sampling: Sampling) -> Any:
         include_stop_str_in_output=True,
         ignore_eos=sampling.ignore_eos,
         output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when it finishes
+        # We read token ids, never vLLM's text: detokenizing every step is CPU time a small model's decode
+        # step is bound by. Stop strings are matched on text, so they keep it.
+        detokenize=bool(sampling.stop_strings),
     )
 
 
