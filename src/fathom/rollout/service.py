@@ -210,8 +210,18 @@ class VLLMService:
     context manager (or `start` / `stop`): while it runs, its thread alone calls the engine, so weight syncs
     (TRL's ``sync_weights``) happen outside it, between rollout batches."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        make_params: Callable[[Sampling], Any] | None = None,
+        make_prompt: Callable[[list[int]], Any] | None = None,
+    ) -> None:
+        """`make_params` / `make_prompt` turn a request into vLLM's form (`sampling_params`, `token_prompt`
+        by default; the CPU tests drive the loop with an engine of their own, vLLM not being installable
+        there)."""
         self.llm_engine = getattr(engine, "llm_engine", engine)
+        self.make_params = make_params or sampling_params
+        self.make_prompt = make_prompt or token_prompt
         self.stats = ServiceStats()
         self._inbox: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -273,9 +283,8 @@ class VLLMService:
                         stopping = True
                         continue
                     rid = f"fathom-{next(self._ids)}"
-                    self.llm_engine.add_request(
-                        rid, token_prompt(item.prompt), sampling_params(item.sampling)
-                    )
+                    params = self.make_params(item.sampling)
+                    self.llm_engine.add_request(rid, self.make_prompt(item.prompt), params)
                     live[rid] = item
                     self.stats.requests += 1
                 if not live:

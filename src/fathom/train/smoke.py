@@ -144,7 +144,7 @@ class Smoke:
             raise AssertionError(
                 "completion ids and env mask disagree, or the rollout ends on environment tokens"
             )
-        if r.turns >= 2 and 0 not in r.env_mask:
+        if len(r.turns) >= 2 and 0 not in r.env_mask:
             raise AssertionError("a multi-turn rollout has no environment tokens")
         return f"{task.id}: {len(r.turns)} turns, {sum(r.env_mask)} sampled + {r.env_mask.count(0)} env tokens, ended {r.end_reason}"
 
