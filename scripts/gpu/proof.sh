@@ -4,13 +4,15 @@
 # evaluation against the baselines, every row on the same tasks.
 #
 #   scripts/gpu/proof.sh STAGE [STAGE...]     stages, in order: data baselines sft grpo final report (or: all)
-#                                            (baselines = expert direct untrained, each also a stage)
+#                                            (baselines = teacher direct untrained, each also a stage;
+#                                            numerics = vLLM vs the eager model, first at every lease)
 #
 # Each stage is one `fathom` command (or a few) sized to end well inside the lent machine's 10-minute
 # limit per command; state lives in $PROOF_DIR on that machine (kept while it stays warm between
 # commands), and `grpo` is resumable: run it again and it continues from its newest checkpoint. Small
 # results (summaries, metrics, the report's plots) are copied to $OUT when it is set, so they come back.
-# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh (model, wheels, corpora).
+# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh (model, wheels, corpora) and
+# scripts/gpu/stage_vllm.sh a/b/d (vLLM), with scripts/gpu/env.sh sourced.
 #
 # Rehearsal on a CPU with the tiny model (same commands, small sizes, ~5 min):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
@@ -22,6 +24,7 @@ PY=${PY:-python3}
 D=${PROOF_DIR:-/root/proof}
 MODEL=${PROOF_MODEL:-smollm2-135m}
 DEVICE=${PROOF_DEVICE:-cuda}
+if [ "$DEVICE" != cpu ]; then source scripts/gpu/env.sh; fi  # the staged wheels and vLLM, and vLLM's settings
 RECIPE=configs/smollm2-135m-gpu.toml
 case ${PROOF_SCALE:-full} in
   full)  # 3 held-out tasks per family x length (one per difficulty: 7 x 4 x 3 = 84), the same for every row;
@@ -33,11 +36,9 @@ case ${PROOF_SCALE:-full} in
     EVAL_BATCH=84 DIRECT_BATCH=84 NGROUPS=1 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-# Generation path for rollouts and evaluations: on a GPU `lean` (our decode loop over a static cache,
-# uncaptured: the eager model's numbers; what the second H200 lease ran, at the speed of `generate` there),
-# on a CPU `plain` HF generate (the static cache's full-length attention makes `lean` slower there); `graph`
-# captures the step and refuses LoRA models (bench/RESULTS.md has all three on the H200).
-GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo lean)}
+# Generation path for rollouts and evaluations: vLLM on a GPU (TRL's colocated engine in GRPO; staged by
+# scripts/gpu/stage_vllm.sh, and checked against the eager model by the `numerics` stage), HF generate on a CPU.
+GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo vllm)}
 GRPO_LR=${GRPO_LR:-1e-4}  # LoRA; a short run (tens of steps) with no warm-up
 G=${GRPO_DIR:-grpo} GRPO_SEED=${GRPO_SEED:-0}  # a second GRPO run (the seed's replicate) goes to another dir
 # GRPO_ARGS: more `fathom grpo` flags, word-split (e.g. "--rollout.temperature=1.3 --grpo.loss_type=grpo")
@@ -50,25 +51,34 @@ keep() { # collect small results in $D/keep (flat names); they go back to $OUT a
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$D/keep/$(echo "${f#"$D"/}" | tr / _)"; done
   return 0
 }
-evaluate() { # NAME POLICY MODEL LABEL: the training rollout's budget (4 turns of 384 tokens) for rlm
-  local budget=() batch=$EVAL_BATCH
+evaluate() { # NAME POLICY MODEL LABEL: both held-out splits (the training families and the unseen ones);
+  # the training rollout's budget (4 turns of 384 tokens) for rlm
+  local budget=() batch=$EVAL_BATCH split out
   [ "$2" = rlm ] && budget=(--max-turns 4 --max-new-tokens 384)
   [ "$2" = direct ] && batch=$DIRECT_BATCH  # a window-long prompt each: its prefill mask and KV cache are large
-  fathom eval --policy "$2" --model "$3" --label "$4" --tasks "$D/data/heldout.jsonl" --out "$D/eval/$1" \
-    --device "$DEVICE" --batch-size "$batch" "${budget[@]}" --generation-mode "$GEN_MODE" --dtype "$EVAL_DTYPE" \
-    --overwrite --no-progress
-  keep "$D/eval/$1/summary.json" "$D/eval/$1/eval.jsonl" "$D/eval/$1/traces.jsonl"
+  for split in heldout heldout_unseen; do
+    out="$D/eval/$1"; [ "$split" = heldout_unseen ] && out="$D/eval/$1-unseen"
+    fathom eval --policy "$2" --model "$3" --label "$4" --tasks "$D/data/$split.jsonl" --out "$out" \
+      --device "$DEVICE" --batch-size "$batch" "${budget[@]}" --generation-mode "$GEN_MODE" --dtype "$EVAL_DTYPE" \
+      --overwrite --no-progress
+    keep "$out/summary.json" "$out/eval.jsonl" "$out/traces.jsonl"
+  done
 }
 
 stage_data() {
   fathom data build --out "$D/data" --seed 8 --train "$TRAIN" --eval "$EVAL" --heldout "$HELDOUT" \
-    --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${HELDOUT_LENGTHS[@]}" --no-progress
+    --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${HELDOUT_LENGTHS[@]}" \
+    --heldout-unseen "$HELDOUT" --heldout-unseen-lengths "${HELDOUT_LENGTHS[@]}" --no-progress
   keep "$D/data/build.json"
 }
-stage_expert() { evaluate expert expert "$MODEL" "expert (upper bound)"; }
+stage_numerics() { # vLLM against the eager model (and plain generate), at every lease before anything else
+  python3 bench/gpu_rollouts.py decode --model "$MODEL" --batches 64 --out "$D/numerics.json"
+  keep "$D/numerics.json"
+}
+stage_teacher() { evaluate teacher teacher "$MODEL" "teacher (scripted, grounded)"; }
 stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
 stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
-stage_baselines() { stage_expert && stage_direct && stage_untrained; }
+stage_baselines() { stage_teacher && stage_direct && stage_untrained; }
 stage_sft() { # full fine-tune on correct expert transcripts of every train length and difficulty
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
     --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \

@@ -2,12 +2,14 @@
 
 Every stage is the real command, run in this process on a small scale:
 
-1. `fathom data build` — a small held-out split at 8K, 32K and 128K tokens (4x–64x the tiny model's window);
-2. `fathom eval` of the scripted **expert** (the upper bound), the model answering **directly** from the
-   document truncated to its window (what the original FATHOM trained), and the same untrained model
-   **in the scaffold** (`rlm`);
-3. `fathom sft` on expert transcripts, then a few steps of `fathom grpo` with the environment in the loop;
-4. `fathom eval` of the trained model in the scaffold, and `fathom report` (PNG plots + HTML).
+1. `fathom data build` — two small held-out splits at 8K, 32K and 128K tokens (4x–64x the tiny model's
+   window): ``heldout.jsonl`` (the families training uses) and ``heldout_unseen.jsonl`` (families no training
+   data ever use, `fathom.tasks.UNSEEN_FAMILIES`: the headline);
+2. `fathom eval` on both splits of the scripted **teacher** (it knows only what it printed; the SFT data
+   source), the model answering **directly** from the document truncated to its window, and the same untrained
+   model **in the scaffold** (`rlm`);
+3. `fathom sft` on scripted transcripts, then a few steps of `fathom grpo` with the environment in the loop;
+4. `fathom eval` of the trained model in the scaffold on both splits, and `fathom report` (PNG plots + HTML).
 
 The model is the tiny random-initialised `tiny-smol` (configs/tiny-cpu.toml): SmolLM2-135M takes over a
 minute per turn on two cores, which does not fit training and four evaluations into 15 minutes. So the
@@ -62,28 +64,29 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     console.print(f"[bold]FATHOM quickstart[/] -> {out}  (recipe {args.config})")
     data, evals = out / "data", out / "eval"
-    heldout = data / "heldout.jsonl"
+    splits = {"seen": data / "heldout.jsonl", "unseen": data / "heldout_unseen.jsonl"}
     _stage(console, "1/6 data", [
         "data", "build", "--out", str(data), "--seed", str(args.seed), "--train", "0", "--eval", "0",
         "--heldout", str(args.heldout), "--heldout-lengths", *args.lengths, "--difficulties", "medium",
-        "--heldout-unseen", str(args.heldout), "--heldout-unseen-lengths", *args.lengths,
+        "--heldout-unseen", str(args.heldout_unseen), "--heldout-unseen-lengths", *args.lengths,
     ])  # fmt: skip
-    common = ["--tasks", str(heldout), "--overwrite"]
-    _stage(
-        console,
-        "2/6 expert (upper bound)",
-        ["eval", "--policy", "expert", "--out", str(evals / "expert"), *common],
-    )
-    _stage(console, "3/6 baselines: direct on a truncated document, untrained model in the scaffold", [
-        "eval", "--policy", "direct", "--model", args.model, "--label", "direct (untrained)",
-        "--out", str(evals / "direct"), *common,
+
+    def evaluate(step: str, name: str, policy: list[str]) -> None:
+        for split, tasks in splits.items():
+            out_dir = evals / (name if split == "seen" else f"{name}-unseen")
+            _stage(console, f"{step} ({split} families)", [
+                "eval", *policy, "--out", str(out_dir), "--tasks", str(tasks), "--overwrite",
+            ])  # fmt: skip
+
+    evaluate("2/6 teacher (scripted, grounded)", "teacher", ["--policy", "teacher"])
+    evaluate("3/6 baseline: direct on a truncated document", "direct", [
+        "--policy", "direct", "--model", args.model, "--label", "direct (untrained)",
     ])  # fmt: skip
-    _stage(console, "3/6 baselines (continued)", [
-        "eval", "--policy", "rlm", "--model", args.model, "--label", "rlm (untrained)",
-        "--out", str(evals / "rlm-untrained"), *common,
+    evaluate("3/6 baseline: untrained model in the scaffold", "rlm-untrained", [
+        "--policy", "rlm", "--model", args.model, "--label", "rlm (untrained)",
     ])  # fmt: skip
     sft_dir, grpo_dir = out / "sft", out / "grpo"
-    _stage(console, "4/6 SFT on expert transcripts", [
+    _stage(console, "4/6 SFT on scripted transcripts", [
         "sft", "--config", args.config, f"--run.run_dir={sft_dir}", f"--model.name={args.model}",
         "--model.lora=false", f"--sft.num_tasks={args.sft_tasks}", f"--sft.epochs={args.sft_epochs}",
     ])  # fmt: skip
@@ -92,9 +95,8 @@ def run(args: argparse.Namespace) -> int:
         f"--model.init_from={sft_dir / 'final' / 'model'}", f"--grpo.max_steps={args.grpo_steps}",
     ])  # fmt: skip
     trained = grpo_dir / "final" / "merged"
-    _stage(console, "6/6 trained model in the scaffold, and the report", [
-        "eval", "--policy", "rlm", "--model", str(trained), "--label", "rlm (SFT+GRPO)",
-        "--out", str(evals / "rlm-trained"), *common,
+    evaluate("6/6 trained model in the scaffold", "rlm-trained", [
+        "--policy", "rlm", "--model", str(trained), "--label", "rlm (SFT+GRPO)",
     ])  # fmt: skip
     # One report over the training run and every evaluation: the report follows a link to the evals.
     link = grpo_dir / "evals"
@@ -102,16 +104,18 @@ def run(args: argparse.Namespace) -> int:
         link.symlink_to(evals, target_is_directory=True)
     _stage(console, "report", ["report", str(grpo_dir), "--out", str(out / "report")])
 
-    table = Table(title=f"held-out: {args.heldout} tasks at {', '.join(args.lengths)} tokens ({args.model})")
-    for col in ("policy", "n", "accuracy", "95% CI", "reward", "turns", "llm()", "tokens"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    table = Table(title=f"held-out tasks at {', '.join(args.lengths)} tokens ({args.model})")
+    for col in ("policy", "families", "n", "accuracy", "95% CI", "reward", "turns", "llm()", "tokens"):
+        table.add_column(col, justify="left" if col in ("policy", "families") else "right")
     for name, sub in (
-        ("expert (upper bound)", "expert"),
+        ("teacher (scripted)", "teacher"),
         ("direct (truncated)", "direct"),
         ("rlm untrained", "rlm-untrained"),
         ("rlm SFT+GRPO", "rlm-trained"),
     ):
-        table.add_row(*_row(name, evals / sub / "summary.json"))
+        for split in splits:
+            row = _row(name, evals / (sub if split == "seen" else f"{sub}-unseen") / "summary.json")
+            table.add_row(row[0], split, *row[1:])
     console.print(table)
     console.print(f"report: {out / 'report' / 'report.html'}")
     console.print(f"total {time.perf_counter() - started:.0f} s")
@@ -124,7 +128,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", default=str(RECIPE), help="training recipe")
     parser.add_argument("--model", default="tiny-smol", help="policy model (offline name or path)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heldout", type=int, default=21)
+    parser.add_argument("--heldout", type=int, default=21, help="held-out tasks of the training families")
+    parser.add_argument(
+        "--heldout-unseen", type=int, default=14, help="held-out tasks of the unseen families"
+    )
     parser.add_argument("--lengths", nargs="+", default=["8K", "32K", "128K"], help="held-out lengths")
     parser.add_argument("--sft-tasks", type=int, default=32, help="expert transcripts for SFT")
     parser.add_argument("--sft-epochs", type=float, default=8.0)

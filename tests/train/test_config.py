@@ -92,3 +92,31 @@ def test_print_config_shows_every_key_resolved(capsys):
     assert (
         'run_dir = "runs/grpo"' in printed and "init = 0.1" in printed and "[[curriculum.tiers]]" in printed
     )
+
+
+def test_vllm_generation_is_chosen_by_the_rollout_mode(monkeypatch):
+    """vLLM (TRL's colocated engine) where asked for or, for "auto", on a GPU where it is installed; HF generate
+    on a CPU; asking for vLLM where it cannot run is a config error naming why."""
+    import importlib.util
+
+    from fathom.train.grpo import vllm_arguments, wants_vllm
+
+    def config(mode: str) -> TrainConfig:
+        return load_config(None, [f"--rollout.generation_mode={mode}"])
+
+    assert vllm_arguments(config("auto"), "cpu") == {"use_vllm": False}
+    assert not wants_vllm(config("plain"), "cuda")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name)
+    )
+    with pytest.raises(ConfigError, match="not installed"):
+        wants_vllm(config("vllm"), "cuda")
+    assert not wants_vllm(config("auto"), "cuda")  # no vLLM: HF generate, silently the CPU/tests path
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name)
+    )
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        wants_vllm(config("vllm"), "cpu")
+    args = vllm_arguments(config("auto"), "cuda")
+    assert args["use_vllm"] and args["vllm_mode"] == "colocate" and args["vllm_max_model_length"] == 8192

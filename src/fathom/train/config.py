@@ -138,7 +138,6 @@ class GRPOSection:
     mask_truncated_completions: bool = False
     bf16: str = "auto"  # auto (on for CUDA with bf16 support) | true | false
     optim: str = "adamw_torch"
-    use_vllm: bool = False  # not wired into the rollout engine yet: see configs/accelerate/README.md
 
     def __post_init__(self) -> None:
         _positive("grpo", self, "max_steps", "learning_rate", "per_device_train_batch_size")
@@ -157,11 +156,6 @@ class GRPOSection:
         _one_of("grpo", "loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"))
         _one_of("grpo", "scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _one_of("grpo", "bf16", self.bf16, ("auto", "true", "false"))
-        if self.use_vllm:
-            raise ConfigError(
-                "grpo.use_vllm = true: vLLM generation is not wired into FATHOM's rollout engine yet (TRL would sync "
-                "weights to a server the engine never calls). Use HF generation; see configs/accelerate/README.md"
-            )
 
 
 @dataclass(frozen=True)
