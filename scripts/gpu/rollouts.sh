@@ -4,6 +4,7 @@
 #   scripts/gpu/rollouts.sh decode      plain generate vs vLLM, +-LoRA, batch 64/256/1024, numerics vs eager
 #   scripts/gpu/rollouts.sh engine      continuous batching vs turn-synchronous batches, same tasks
 #   scripts/gpu/rollouts.sh sft         a small SFT warm start (expert transcripts) for the GRPO steps
+#   scripts/gpu/rollouts.sh evalvllm    fathom eval through vLLM (rlm and direct, the SFT model, 16 tasks)
 #   scripts/gpu/rollouts.sh grpo64      GRPO after SFT through TRL's colocated vLLM: 64 rollouts a step
 #   scripts/gpu/rollouts.sh grpo256     the same at 256 rollouts a step
 # Results go to $OUT (JSON and logs); bench/results/gpu_rollouts.json is assembled from them here.
@@ -53,6 +54,13 @@ for stage in "$@"; do
         --model.lora=false --data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" \
         --sft.epochs=1 --sft.learning_rate=1e-4 --eval.tier=0 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
         2>&1 | tail -20 | tee "$O/sft.log" ;;
+    evalvllm) # fathom eval through vLLM: the SFT model in the scaffold and the direct baseline, 16 tasks each
+      for policy in rlm direct; do
+        fathom eval --policy "$policy" --model "$D/sft/final/model" --tasks "$D/data/heldout.jsonl" \
+          --out "$D/eval-$policy" --generation-mode vllm --dtype bfloat16 --batch-size 16 --max-turns 4 \
+          --max-new-tokens 384 --overwrite --no-progress 2>&1 | tail -15 | tee "$O/eval-$policy.log"
+        cp "$D/eval-$policy/summary.json" "$O/eval-$policy-summary.json"
+      done ;;
     grpo64) grpo grpo64 16 4 ;;
     grpo256) grpo grpo256 16 16 ;;
     grpo64-onebatch) grpo grpo64-onebatch 64 1 ;;
