@@ -24,7 +24,9 @@ import re
 from collections.abc import Generator
 
 from fathom.policies import moves
+from fathom.policies.excerpts import Cut, combine, excerpt, needs_neighbours, parse_replies, useful
 from fathom.policies.looking import Question, Sight, parse_look, read_question
+from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
 from fathom.rollout.chat import ChatFormat
 
@@ -33,6 +35,8 @@ FIRST = re.compile(r"Question: (.*?)\n\n`ctx` is a str of [\d,]+ characters", re
 OBS_START = re.compile(r"\[output\]\n|\[cell 1\]\n|No ```repl``` code block found")
 NO_LLM = "`llm` and `llm_batch` are not available"
 FOLLOW_LIMIT = 6  # an identifier seen more often than this is vocabulary, not a pointer
+RARE_HITS = 30  # a question word found at most this often names something; more often, it is vocabulary
+MISSING = "not found"  # how a reader says the text it was given does not hold the answer
 
 
 def split_conversation(conversation: str) -> tuple[str, list[str], bool]:
@@ -83,7 +87,13 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     if llm_ok and fields and q.quoted and set(q.quoted) & set(categories):
         yield from _records(q, rng, sight, fields, categories)
         return
-    terms = list(dict.fromkeys([*q.anchors, *q.names, *q.things]))[:6] or q.words[:4]
+    shape = table_shape(sight)
+    table_plan = plan(q, shape) if shape else None
+    if shape and table_plan:
+        yield table_cell(rng, shape, table_plan)
+        return
+    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.names, *q.things]))[:8]
+    terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
@@ -91,10 +101,48 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
-    elif found:
+    elif found and (q.digits or not llm_ok):
         yield from _follow(q, rng, found, llm_ok)
     elif llm_ok:
-        yield from _keywords(q, rng)
+        done = yield from _excerpts(q, rng, sight, hits)
+        if not done:
+            yield from _keywords(q, rng)
+
+
+def _aggregate_question(q: Question) -> bool:
+    """A count, a list or a yes/no question: every part of the document may add to the answer."""
+    lower = q.text.lower()
+    return q.count or q.listing or bool(re.search(r"\bcount\b|number of|yes or no|\bevery\b|\ball\b", lower))
+
+
+def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
+    """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
+    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
+    keys = named
+    if not keys and not _aggregate_question(q):
+        rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
+        keys = [t for _, t in sorted(rare)[:2]]
+    near = needs_neighbours(q)
+    prefixes = sight.heading_prefixes()
+    cuts = []
+    if keys:
+        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=12, follow=True))
+        if prefixes:
+            cuts.append(Cut(tuple(keys), context=1 if near else 0, headings=prefixes))
+            cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
+    if not keys or _aggregate_question(q):
+        cuts.append(Cut(()))
+    for cut in cuts:
+        obs = yield excerpt(rng, q, cut)
+        replies = parse_replies(obs)
+        if replies is None:
+            continue
+        missing = MISSING if MISSING in obs.lower() else ""
+        answers = useful(replies, missing)
+        if answers:
+            yield combine(rng, q, answers, missing)
+            return True
+    return False
 
 
 def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Play:
