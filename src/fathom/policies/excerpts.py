@@ -1,11 +1,12 @@
 """The teacher's reading moves for documents it cannot keep whole: cut an excerpt, have `llm()` read it,
 and combine the replies in code.
 
-`excerpt` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
+`cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
 their paragraph when it is short, a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
-names a key), cuts what it kept into chunks under `CHUNK_CHARS` on line boundaries, and asks `llm_batch`
-the question once per chunk. With no key terms it keeps every line: a map over the whole document.
+names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
+on line boundaries and asks `llm_batch` the question once per chunk. With no key terms every line is
+kept: a map over the whole document.
 `combine` writes the cell that reduces the printed replies as the question asks (a count adds up, a
 yes/no question is yes if any chunk says so, a list is the union, a least/greatest value is the min/max,
 anything else is the reply most chunks agree on).
@@ -47,7 +48,7 @@ def needs_neighbours(q: Question) -> bool:
     return any(re.search(rf"\b{w}", lower) for w in NEIGHBOUR_WORDS)
 
 
-def _keep_code(cut: Cut) -> str:
+def _keep_code(cut: Cut, defined: set[str]) -> str:
     if not cut.keys:
         return "keep = set(range(len(lines)))"
     code = f"""keys = {list(cut.keys)!r}
@@ -68,7 +69,8 @@ for a, b in zip(starts, starts[1:]):
     code += f"""
 for i in hit:
     keep.update(range(max(0, i - {cut.context}), min(len(lines), i + {cut.context} + 1)))"""
-    if cut.paragraph or cut.follow:
+    if (cut.paragraph or cut.follow) and "paragraph" not in defined:
+        defined.add("paragraph")
         code += f"""
 def paragraph(i):
     a = b = i
@@ -76,7 +78,9 @@ def paragraph(i):
         a -= 1
     while b + 1 < len(lines) and lines[b + 1].strip():
         b += 1
-    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else range(i, i + 1)
+    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else range(i, i + 1)"""
+    if cut.paragraph:
+        code += """
 for i in hit:
     keep.update(paragraph(i))"""
     if cut.follow:
@@ -86,42 +90,21 @@ for _ in range(2):
     named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
     more = [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]
     for i in more:
-        keep.update(paragraph(i))
-    if not more:
-        break"""
+        keep.update(paragraph(i))"""
     return code
 
 
-def excerpt(rng: random.Random, q: Question, cut: Cut) -> str:
-    """Keep what `cut` says, chunk it, and ask the question of every chunk; prints ``replies: [...]``."""
-    ask = rng.choice(
-        (
-            "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
-            "Using only these lines, give the exact answer to the question (the answer only).",
-            "Read this part of a document and answer the question exactly; nothing else.",
-        )
-    )
+def cut_cell(rng: random.Random, cut: Cut, defined: set[str]) -> str:
+    """Keep the lines `cut` says and print how many, with a few of them (`defined`: helpers the REPL
+    already has from earlier cells; updated)."""
     code = f"""
 import re
 lines = ctx.splitlines()
-{_keep_code(cut)}
+{_keep_code(cut, defined)}
 kept = sorted(keep)
-chunks, size, piece = [], 0, []
-for i in kept:
-    if size + len(lines[i]) > {CHUNK_CHARS} and piece:
-        chunks.append("\\n".join(piece))
-        size, piece = 0, []
-    if piece and i - 1 not in keep:
-        piece.append("")
-    piece.append(lines[i])
-    size += len(lines[i]) + 1
-if piece:
-    chunks.append("\\n".join(piece))
-print(len(kept), "lines kept in", len(chunks), "chunks")
+print(len(kept), "lines kept,", sum(len(lines[i]) + 1 for i in kept), "chars")
 for i in kept[:4]:
     print("   ", lines[i][:160])
-replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
-print("replies:", [r.strip()[:200] for r in replies])
 """
     if cut.keys and cut.sections:
         thought = (
@@ -135,15 +118,57 @@ print("replies:", [r.strip()[:200] for r in replies])
         )
     elif cut.keys:
         thought = (
-            "I cut the document down to the lines with the key terms (and what they point to); llm() reads that.",
-            "Only a few lines mention what the question names; I keep those with their context and ask llm().",
+            "I cut the document down to the lines with the key terms (and what they point to).",
+            "Only a few lines mention what the question names; I keep those, with their context.",
         )
     else:
         thought = (
-            "Nothing narrow to search for: I read the whole document in chunks and combine the answers.",
-            "The question concerns the whole document; llm() reads it chunk by chunk, I combine in code.",
+            "Nothing narrow to search for: the whole document has to be read, in chunks.",
+            "The question concerns the whole document; I will have every line read, chunk by chunk.",
         )
     return turn(rng, thought, code)
+
+
+def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+    ask = rng.choice(
+        (
+            "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
+            "Using only these lines, give the exact answer to the question (the answer only).",
+            "Read this part of a document and answer the question exactly; nothing else.",
+        )
+    )
+    code = ""
+    if "chunked" not in defined:
+        defined.add("chunked")
+        code += f"""
+def chunked(kept):
+    chunks, piece, size = [], [], 0
+    for i in kept:
+        if size + len(lines[i]) > {CHUNK_CHARS} and piece:
+            chunks.append("\\n".join(piece))
+            piece, size = [], 0
+        if piece and i - 1 not in keep:
+            piece.append("")  # a gap in the document stays a blank line
+        piece.append(lines[i])
+        size += len(lines[i]) + 1
+    return chunks + ["\\n".join(piece)] if piece else chunks
+"""
+    code += f"""
+chunks = chunked(kept)
+replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+print(len(chunks), "chunks read")
+print("replies:", [r.strip()[:200] for r in replies])
+"""
+    return turn(
+        rng,
+        (
+            "What I kept is small enough to read in a few chunks; llm() answers the question on each.",
+            "Now llm() reads the kept lines, chunk by chunk, with the question.",
+            "Delegate the reading: each chunk of the kept lines goes to llm() with the question.",
+        ),
+        code,
+    )
 
 
 def parse_replies(observation: str) -> list[str] | None:

@@ -24,7 +24,7 @@ import re
 from collections.abc import Generator
 
 from fathom.policies import moves
-from fathom.policies.excerpts import Cut, combine, excerpt, needs_neighbours, parse_replies, useful
+from fathom.policies.excerpts import Cut, combine, cut_cell, needs_neighbours, parse_replies, read_cell, useful
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
@@ -101,12 +101,10 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
-    elif found and (q.digits or not llm_ok):
-        yield from _follow(q, rng, found, llm_ok)
-    elif llm_ok:
-        done = yield from _excerpts(q, rng, sight, hits)
-        if not done:
-            yield from _keywords(q, rng)
+    elif found and (yield from _follow(q, rng, found, llm_ok)):
+        return
+    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
+        yield from _keywords(q, rng)
 
 
 def _aggregate_question(q: Question) -> bool:
@@ -132,8 +130,15 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
             cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
     if not keys or _aggregate_question(q):
         cuts.append(Cut(()))
+    defined: set[str] = set()
+    last = None
     for cut in cuts:
-        obs = yield excerpt(rng, q, cut)
+        obs = yield cut_cell(rng, cut, defined)
+        kept = _number(r"(\d+) lines kept", obs)
+        if not kept or kept == last:
+            continue  # nothing, or the same lines as the last cut: no new reading to do
+        last = kept
+        obs = yield read_cell(rng, q, defined)
         replies = parse_replies(obs)
         if replies is None:
             continue
@@ -145,24 +150,25 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     return False
 
 
-def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Play:
+def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Generator[str, str, bool]:
+    """Follow the identifiers from the found anchors; True once it has sent FINAL (or has nothing left)."""
     obs = yield moves.follow(rng, found, FOLLOW_LIMIT)
     if not _number(r"(\d+) lines reached", obs):
-        if llm_ok:
-            yield from _keywords(q, rng)
-        return
+        return not llm_ok
     if q.digits:
         yield moves.pick_digits(rng, q.digits, q.listing)  # FINALs when the values are unambiguous
     if llm_ok:
-        yield from _read(q, rng, '"\\n".join(lines[i] for i in reached)')
+        return (yield from _read(q, rng, '"\\n".join(lines[i] for i in reached)'))
+    return True
 
 
-def _read(q: Question, rng: random.Random, source: str) -> Play:
+def _read(q: Question, rng: random.Random, source: str) -> Generator[str, str, bool]:
     obs = yield moves.read_lines(rng, q.text, source)
     reply = obs.partition("chars to read\n")[2].strip()
     if reply in ("''", '""', "") or "not found" in reply.lower():
-        return
+        return False
     yield moves.answer_reply(rng, q)
+    return True
 
 
 def _story(q: Question, rng: random.Random) -> Play:
