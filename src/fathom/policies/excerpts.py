@@ -2,7 +2,7 @@
 and combine the replies in code.
 
 `cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
-their paragraph when it is short, a few neighbours when the question asks what comes before or after,
+their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
 names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
 on line boundaries and asks `llm_batch` the question once per chunk. With no key terms every line is
@@ -28,6 +28,7 @@ from fathom.policies.moves import READ_MARK, turn
 
 CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
+COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
 
 
@@ -78,7 +79,7 @@ def paragraph(i):
         a -= 1
     while b + 1 < len(lines) and lines[b + 1].strip():
         b += 1
-    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else range(i, i + 1)"""
+    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else (a, i)  # a long block: its first line"""
     if cut.paragraph:
         code += """
 for i in hit:
@@ -191,7 +192,7 @@ def useful(replies: list[str], missing: str) -> list[str]:
 def _kind(q: Question, answers: list[str]) -> str:
     lower = q.text.lower()
     numbers = all(re.fullmatch(r"-?\d+(\.\d+)?", a) for a in answers)
-    if q.count or re.search(r"\bcount\b|number of", lower):
+    if q.count or re.search(COUNT_WORDS, lower):
         return "sum" if numbers else "first"
     if {a.lower() for a in answers} <= {"yes", "no"}:
         return "any"

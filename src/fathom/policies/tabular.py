@@ -73,8 +73,10 @@ def plan(q: Question, shape: Shape) -> Plan | None:
     text, lower = q.text, q.text.lower()
 
     def beside(col: str) -> bool:  # 'col' == 'value', 'col' is 'value', 'col' exactly 'value'...
-        return any(re.search(re.escape(f"'{col}'") + r"\W{0,3}(?:\w+\W{1,3}){0,2}'" + re.escape(v) + "'", text)
-                   for v in values)
+        return any(
+            re.search(re.escape(f"'{col}'") + r"\W{0,3}(?:\w+\W{1,3}){0,2}'" + re.escape(v) + "'", text)
+            for v in values
+        )
 
     cond = next((c for c in others if beside(c)), others[0])
     report = next((c for c in others if c != cond), "")

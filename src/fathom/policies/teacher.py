@@ -19,12 +19,22 @@ ways of writing each move are drawn from a `random.Random` seeded by the questio
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from collections.abc import Generator
 
 from fathom.policies import moves
-from fathom.policies.excerpts import Cut, combine, cut_cell, needs_neighbours, parse_replies, read_cell, useful
+from fathom.policies.excerpts import (
+    COUNT_WORDS,
+    Cut,
+    combine,
+    cut_cell,
+    needs_neighbours,
+    parse_replies,
+    read_cell,
+    useful,
+)
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
@@ -59,8 +69,8 @@ def parse_hits(observation: str) -> dict[str, tuple[int, list[str]]]:
     out: dict[str, tuple[int, list[str]]] = {}
     term = None
     for line in observation.splitlines():
-        if m := re.match(r"^'(.*)': (\d+) hits$", line):
-            term = m.group(1)
+        if m := re.match(r"^('.*'|\".*\"): (\d+) hits$", line):
+            term = ast.literal_eval(m.group(1))  # the term as repr() printed it
             out[term] = (int(m.group(2)), [])
         elif term is not None and line.startswith("    "):
             out[term][1].append(line[4:])
@@ -124,7 +134,7 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     prefixes = sight.heading_prefixes()
     cuts = []
     if keys:
-        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=12, follow=True))
+        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True))
         if prefixes:
             cuts.append(Cut(tuple(keys), context=1 if near else 0, headings=prefixes))
             cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
