@@ -146,7 +146,8 @@ def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
 def chunked(kept):
     chunks, piece, size = [], [], 0
     for i in kept:
-        if size + len(lines[i]) > {CHUNK_CHARS} and piece:
+        # Cut at a blank line once a chunk is three-quarters full, so paragraphs stay whole.
+        if piece and (size + len(lines[i]) > {CHUNK_CHARS} or size > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
             chunks.append("\\n".join(piece))
             piece, size = [], 0
         if piece and i - 1 not in keep:

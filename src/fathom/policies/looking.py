@@ -17,7 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 # Identifier-like (dotted parts allowed): contains a digit, or is a hyphenated lowercase compound, or is ALL CAPS (with _).
-IDENT = re.compile(r"(?<![\w.-])(?:(?=[\w.-]*\d)[\w-]+(?:\.[\w-]+)*(?<=[\w-]{4})|[a-z]+(?:-[a-z]+)+|[A-Z][A-Z0-9_]{2,})(?![\w-])")
+IDENT = re.compile(
+    r"(?<![\w.-])(?:(?=[\w.-]*\d)[\w-]+(?:\.[\w-]+)*(?<=[\w-]{4})|[a-z]+(?:-[a-z]+)+|[A-Z][A-Z0-9_]{2,})(?![\w-])"
+)
 # Quoted with '...', "...", curly quotes or backticks (commands and options are often in backticks).
 QUOTED = re.compile(r"'([^']{2,80})'|\"([^\"]{2,80})\"|\u201c([^\u201d]{2,80})\u201d|`([^`]{2,80})`")
 HEADING = re.compile(r"^([^\w\s]{1,4} ?)\S")

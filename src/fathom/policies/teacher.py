@@ -26,7 +26,6 @@ from collections.abc import Generator
 
 from fathom.policies import moves
 from fathom.policies.excerpts import (
-    COUNT_WORDS,
     Cut,
     combine,
     cut_cell,
@@ -36,8 +35,8 @@ from fathom.policies.excerpts import (
     useful,
 )
 from fathom.policies.looking import Question, Sight, parse_look, read_question
-from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
+from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.rollout.chat import ChatFormat
 
 Play = Generator[str, str, None]
