@@ -16,9 +16,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-# Identifier-like: contains a digit, or is a hyphenated lowercase compound, or is ALL CAPS.
-IDENT = re.compile(r"(?<![\w-])(?:(?=[\w-]*\d)[\w-]{4,}|[a-z]+(?:-[a-z]+)+|[A-Z]{3,})(?![\w-])")
-QUOTED = re.compile(r"'([^']{2,60})'|\"([^\"]{2,60})\"")
+# Identifier-like (dotted parts allowed): contains a digit, or is a hyphenated lowercase compound, or is ALL CAPS (with _).
+IDENT = re.compile(
+    r"(?<![\w.-])(?:(?=[\w.-]*\d)[\w-]+(?:\.[\w-]+)*(?<=[\w-]{4})|[a-z]+(?:-[a-z]+)+|[A-Z][A-Z0-9_]{2,})(?![\w-])"
+)
+# Quoted with '...', "...", curly quotes or backticks (commands and options are often in backticks).
+QUOTED = re.compile(r"'([^']{2,80})'|\"([^\"]{2,80})\"|\u201c([^\u201d]{2,80})\u201d|`([^`]{2,80})`")
+HEADING = re.compile(r"^([^\w\s]{1,4} ?)\S")
 NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]{2,}\b")  # a capitalised word inside a sentence
 _STOP_WORDS = (
     "the and that this with from have what which where when into your there their about other they been "
@@ -46,7 +50,7 @@ class Question:
 
 
 def read_question(text: str) -> Question:
-    quoted = tuple(a or b for a, b in QUOTED.findall(text))
+    quoted = tuple(next(g for g in groups if g) for groups in QUOTED.findall(text))
     anchors = []
     for token in IDENT.findall(text):
         if token.replace(",", "").isdigit() and "," in token:
@@ -93,6 +97,20 @@ class Sight:
         runs = re.findall(r"((?:'[^']{2,40}'(?:, (?:and |or )?|\.| and | or )?){3,})", self.head)
         best = max(runs, key=len) if runs else ""
         return re.findall(r"'([^']{2,40})'", best)
+
+    def heading_prefixes(self) -> tuple[str, ...]:
+        """Prefixes of the head's heading-like lines: short lines that open with punctuation ("### ",
+        "==> ", "[") and are not list items, table rows, quotes or comments in prose."""
+        found: list[str] = []
+        for line in self.head.splitlines():
+            m = HEADING.match(line)
+            if m is None or len(line) > 90 or len(re.findall(r"\w+", line)) > 8:
+                continue
+            prefix = m.group(1)
+            if prefix.strip() in ("-", "*", "|", ">", "//", "--", "+", "...") or prefix in found:
+                continue
+            found.append(prefix)
+        return tuple(found)
 
     def record_fields(self) -> tuple[list[str], str] | None:
         """(field names, separator) when most shown lines read ``Name: value<sep>Name: value...``."""

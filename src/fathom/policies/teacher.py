@@ -19,13 +19,24 @@ ways of writing each move are drawn from a `random.Random` seeded by the questio
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from collections.abc import Generator
 
 from fathom.policies import moves
+from fathom.policies.excerpts import (
+    Cut,
+    combine,
+    cut_cell,
+    needs_neighbours,
+    parse_replies,
+    read_cell,
+    useful,
+)
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
+from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.rollout.chat import ChatFormat
 
 Play = Generator[str, str, None]
@@ -33,6 +44,8 @@ FIRST = re.compile(r"Question: (.*?)\n\n`ctx` is a str of [\d,]+ characters", re
 OBS_START = re.compile(r"\[output\]\n|\[cell 1\]\n|No ```repl``` code block found")
 NO_LLM = "`llm` and `llm_batch` are not available"
 FOLLOW_LIMIT = 6  # an identifier seen more often than this is vocabulary, not a pointer
+RARE_HITS = 30  # a question word found at most this often names something; more often, it is vocabulary
+MISSING = "not found"  # how a reader says the text it was given does not hold the answer
 
 
 def split_conversation(conversation: str) -> tuple[str, list[str], bool]:
@@ -55,8 +68,8 @@ def parse_hits(observation: str) -> dict[str, tuple[int, list[str]]]:
     out: dict[str, tuple[int, list[str]]] = {}
     term = None
     for line in observation.splitlines():
-        if m := re.match(r"^'(.*)': (\d+) hits$", line):
-            term = m.group(1)
+        if m := re.match(r"^('.*'|\".*\"): (\d+) hits$", line):
+            term = ast.literal_eval(m.group(1))  # the term as repr() printed it
             out[term] = (int(m.group(2)), [])
         elif term is not None and line.startswith("    "):
             out[term][1].append(line[4:])
@@ -83,7 +96,13 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     if llm_ok and fields and q.quoted and set(q.quoted) & set(categories):
         yield from _records(q, rng, sight, fields, categories)
         return
-    terms = list(dict.fromkeys([*q.anchors, *q.names, *q.things]))[:6] or q.words[:4]
+    shape = table_shape(sight)
+    table_plan = plan(q, shape) if shape else None
+    if shape and table_plan:
+        yield table_cell(rng, shape, table_plan)
+        return
+    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.names, *q.things]))[:8]
+    terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
@@ -91,30 +110,74 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
-    elif found:
-        yield from _follow(q, rng, found, llm_ok)
-    elif llm_ok:
+    elif found and (yield from _follow(q, rng, found, llm_ok)):
+        return
+    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
         yield from _keywords(q, rng)
 
 
-def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Play:
+def _aggregate_question(q: Question) -> bool:
+    """A count, a list or a yes/no question: every part of the document may add to the answer."""
+    lower = q.text.lower()
+    return q.count or q.listing or bool(re.search(r"\bcount\b|number of|yes or no|\bevery\b|\ball\b", lower))
+
+
+def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
+    """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
+    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
+    keys = named
+    if not keys and not _aggregate_question(q):
+        rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
+        keys = [t for _, t in sorted(rare)[:2]]
+    near = needs_neighbours(q)
+    prefixes = sight.heading_prefixes()
+    cuts = []
+    if keys:
+        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True))
+        if prefixes:
+            cuts.append(Cut(tuple(keys), context=1 if near else 0, headings=prefixes))
+            cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
+    if not keys or _aggregate_question(q):
+        cuts.append(Cut(()))
+    defined: set[str] = set()
+    last = None
+    for cut in cuts:
+        obs = yield cut_cell(rng, cut, defined)
+        kept = _number(r"(\d+) lines kept", obs)
+        if not kept or kept == last:
+            continue  # nothing, or the same lines as the last cut: no new reading to do
+        last = kept
+        obs = yield read_cell(rng, q, defined)
+        replies = parse_replies(obs)
+        if replies is None:
+            continue
+        missing = MISSING if MISSING in obs.lower() else ""
+        answers = useful(replies, missing)
+        if answers:
+            yield combine(rng, q, answers, missing)
+            return True
+    return False
+
+
+def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> Generator[str, str, bool]:
+    """Follow the identifiers from the found anchors; True once it has sent FINAL (or has nothing left)."""
     obs = yield moves.follow(rng, found, FOLLOW_LIMIT)
     if not _number(r"(\d+) lines reached", obs):
-        if llm_ok:
-            yield from _keywords(q, rng)
-        return
+        return not llm_ok
     if q.digits:
         yield moves.pick_digits(rng, q.digits, q.listing)  # FINALs when the values are unambiguous
     if llm_ok:
-        yield from _read(q, rng, '"\\n".join(lines[i] for i in reached)')
+        return (yield from _read(q, rng, '"\\n".join(lines[i] for i in reached)'))
+    return True
 
 
-def _read(q: Question, rng: random.Random, source: str) -> Play:
+def _read(q: Question, rng: random.Random, source: str) -> Generator[str, str, bool]:
     obs = yield moves.read_lines(rng, q.text, source)
     reply = obs.partition("chars to read\n")[2].strip()
     if reply in ("''", '""', "") or "not found" in reply.lower():
-        return
+        return False
     yield moves.answer_reply(rng, q)
+    return True
 
 
 def _story(q: Question, rng: random.Random) -> Play:

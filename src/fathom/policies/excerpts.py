@@ -1,0 +1,231 @@
+"""The teacher's reading moves for documents it cannot keep whole: cut an excerpt, have `llm()` read it,
+and combine the replies in code.
+
+`cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
+their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
+the identifiers those lines name, the document's heading lines, or whole sections under a heading that
+names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
+on line boundaries and asks `llm_batch` the question once per chunk. With no key terms every line is
+kept: a map over the whole document.
+`combine` writes the cell that reduces the printed replies as the question asks (a count adds up, a
+yes/no question is yes if any chunk says so, a list is the union, a least/greatest value is the min/max,
+anything else is the reply most chunks agree on).
+
+Every literal these cells use comes from the question or an earlier printout (heading prefixes are taken
+from the lines the look move printed). This module only writes text; `fathom.policies.teacher` decides
+which excerpt to try, and reads the replies back with `parse_replies`.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass
+
+from fathom.policies.looking import Question
+from fathom.policies.moves import READ_MARK, turn
+
+CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
+NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
+COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
+REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How one excerpt is cut: which lines are kept around the key terms."""
+
+    keys: tuple[str, ...]  # lowercased; empty = every line
+    context: int = 0  # neighbour lines kept around each hit
+    paragraph: int = 0  # keep a hit's whole paragraph when it has at most this many lines
+    follow: bool = False  # also keep the lines of rare identifiers the kept lines name
+    headings: tuple[str, ...] = ()  # prefixes of heading lines that are always kept
+    sections: bool = False  # keep whole sections (heading to heading) that mention a key
+
+
+def needs_neighbours(q: Question) -> bool:
+    lower = q.text.lower()
+    return any(re.search(rf"\b{w}", lower) for w in NEIGHBOUR_WORDS)
+
+
+def _keep_code(cut: Cut, defined: set[str]) -> str:
+    if not cut.keys:
+        return "keep = set(range(len(lines)))"
+    code = f"""keys = {list(cut.keys)!r}
+low = [k.lower() for k in keys]
+hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]
+keep = set()"""
+    if cut.headings:
+        code += f"""
+heads = [i for i, line in enumerate(lines) if line.startswith({cut.headings!r}) and len(line) < 100]
+keep.update(heads)"""
+    if cut.sections:
+        code += """
+starts = [*heads, len(lines)]
+for a, b in zip(starts, starts[1:]):
+    if any(a <= i < b for i in hit):
+        keep.update(range(a, b))"""
+        return code
+    code += f"""
+for i in hit:
+    keep.update(range(max(0, i - {cut.context}), min(len(lines), i + {cut.context} + 1)))"""
+    if (cut.paragraph or cut.follow) and "paragraph" not in defined:
+        defined.add("paragraph")
+        code += f"""
+def paragraph(i):
+    a = b = i
+    while a > 0 and lines[a - 1].strip():
+        a -= 1
+    while b + 1 < len(lines) and lines[b + 1].strip():
+        b += 1
+    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else (a, i)  # a long block: its first line"""
+    if cut.paragraph:
+        code += """
+for i in hit:
+    keep.update(paragraph(i))"""
+    if cut.follow:
+        code += """
+for _ in range(2):
+    named = {t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
+    named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
+    more = [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]
+    for i in more:
+        keep.update(paragraph(i))"""
+    return code
+
+
+def cut_cell(rng: random.Random, cut: Cut, defined: set[str]) -> str:
+    """Keep the lines `cut` says and print how many, with a few of them (`defined`: helpers the REPL
+    already has from earlier cells; updated)."""
+    code = f"""
+import re
+lines = ctx.splitlines()
+{_keep_code(cut, defined)}
+kept = sorted(keep)
+print(len(kept), "lines kept,", sum(len(lines[i]) + 1 for i in kept), "chars")
+for i in kept[:4]:
+    print("   ", lines[i][:160])
+"""
+    if cut.keys and cut.sections:
+        thought = (
+            "The headings divide the document into sections; I keep the sections that mention the key terms.",
+            "Let me keep whole sections, from a heading to the next, where the key terms occur.",
+        )
+    elif cut.keys and cut.headings:
+        thought = (
+            "The answer depends on which part a line belongs to, so I keep the heading lines with the hits.",
+            "Keep every heading line as well as the hit lines, so the reader knows where each hit sits.",
+        )
+    elif cut.keys:
+        thought = (
+            "I cut the document down to the lines with the key terms (and what they point to).",
+            "Only a few lines mention what the question names; I keep those, with their context.",
+        )
+    else:
+        thought = (
+            "Nothing narrow to search for: the whole document has to be read, in chunks.",
+            "The question concerns the whole document; I will have every line read, chunk by chunk.",
+        )
+    return turn(rng, thought, code)
+
+
+def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+    ask = rng.choice(
+        (
+            "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
+            "Using only these lines, give the exact answer to the question (the answer only).",
+            "Read this part of a document and answer the question exactly; nothing else.",
+        )
+    )
+    code = ""
+    if "chunked" not in defined:
+        defined.add("chunked")
+        code += f"""
+def chunked(kept):
+    chunks, piece, size = [], [], 0
+    for i in kept:
+        # Cut at a blank line once a chunk is three-quarters full, so paragraphs stay whole.
+        if piece and (size + len(lines[i]) > {CHUNK_CHARS} or size > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
+            chunks.append("\\n".join(piece))
+            piece, size = [], 0
+        if piece and i - 1 not in keep:
+            piece.append("")  # a gap in the document stays a blank line
+        piece.append(lines[i])
+        size += len(lines[i]) + 1
+    return chunks + ["\\n".join(piece)] if piece else chunks
+"""
+    code += f"""
+chunks = chunked(kept)
+replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+print(len(chunks), "chunks read")
+print("replies:", [r.strip()[:200] for r in replies])
+"""
+    return turn(
+        rng,
+        (
+            "What I kept is small enough to read in a few chunks; llm() answers the question on each.",
+            "Now llm() reads the kept lines, chunk by chunk, with the question.",
+            "Delegate the reading: each chunk of the kept lines goes to llm() with the question.",
+        ),
+        code,
+    )
+
+
+def parse_replies(observation: str) -> list[str] | None:
+    """The replies an `excerpt` cell printed, or None when it printed none."""
+    m = REPLIES.search(observation)
+    if m is None:
+        return None
+    try:
+        replies = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return [str(r) for r in replies]
+
+
+def useful(replies: list[str], missing: str) -> list[str]:
+    """The replies that are an answer: not empty and not the reader's way of saying it is not there."""
+    return [r for r in replies if r.strip() and not (missing and missing in r.lower())]
+
+
+def _kind(q: Question, answers: list[str]) -> str:
+    lower = q.text.lower()
+    numbers = all(re.fullmatch(r"-?\d+(\.\d+)?", a) for a in answers)
+    if q.count or re.search(COUNT_WORDS, lower):
+        return "sum" if numbers else "first"
+    if {a.lower() for a in answers} <= {"yes", "no"}:
+        return "any"
+    if numbers and re.search(r"\b(least|lowest|smallest|minimum|min|earliest|fewest)\b", lower):
+        return "min"
+    if numbers and re.search(r"\b(most|highest|largest|greatest|maximum|max|top|latest)\b", lower):
+        return "max"
+    if len(answers) > 1 and (q.listing or any("," in a for a in answers)):
+        return "union"
+    return "first"
+
+
+def combine(rng: random.Random, q: Question, answers: list[str], missing: str) -> str:
+    """FINAL the replies reduced as the question asks (see the module docstring)."""
+    keep = f"answers = [r.strip() for r in replies if r.strip() and {missing!r} not in r.lower()]"
+    if not missing:
+        keep = "answers = [r.strip() for r in replies if r.strip()]"
+    kind = _kind(q, answers)
+    final = {
+        "sum": "FINAL(sum(int(a) for a in answers))",
+        "any": 'FINAL("yes" if any(a.lower() == "yes" for a in answers) else "no")',
+        "min": "FINAL(min(answers, key=float))",
+        "max": "FINAL(max(answers, key=float))",
+        "union": 'FINAL(sorted({p.strip() for a in answers for p in a.split(",") if p.strip()}))',
+        "first": "from collections import Counter\nFINAL(Counter(answers).most_common(1)[0][0])",
+    }[kind]
+    thoughts = {
+        "sum": ("Each chunk counted its own part; the total is their sum.", "Add up the per-chunk counts."),
+        "any": ("It is yes if any part says yes.", "One yes among the chunks settles it."),
+        "min": ("The least value overall is the least of the per-chunk answers.",),
+        "max": ("The greatest value overall is the greatest of the per-chunk answers.",),
+        "union": ("The answer is a set: I take the union of what the chunks found.",),
+        "first": ("The reader found an answer; I submit the one the chunks agree on.",),
+    }[kind]
+    return turn(rng, thoughts, f"{keep}\nprint(answers)\n{final}")

@@ -1,0 +1,78 @@
+"""The teacher's reading moves: tables parsed in code, cuts read by llm() and combined, on the new families."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fathom.eval.policies import TeacherPolicy
+from fathom.policies.excerpts import Cut, combine, cut_cell, parse_replies
+from fathom.policies.looking import Sight, read_question
+from fathom.policies.tabular import plan, table_shape
+from fathom.policies.teacher import parse_hits
+from fathom.tasks import generate_task
+
+HEAD = """# export of 4 shards
+dept;salary;city;id
+Sales;100;Rome;E1
+Support;;Oslo;E2
+Sales;250;Oslo;E3
+Support;40;Rome;E4"""
+
+
+def test_the_table_plan_reads_columns_values_and_operation_from_the_question():
+    shape = table_shape(Sight(head=HEAD))
+    assert shape is not None and shape.delimiter == ";" and shape.numeric == {"salary"}
+    p = plan(read_question("What is the least 'salary' among rows where 'dept' is 'Sales'?"), shape)
+    assert (p.op, p.num, p.cond, p.values) == ("min", "salary", "dept", ("Sales",))
+    top = plan(
+        read_question("Among rows with 'city' = 'Oslo', which has the top 'salary'? Give its 'id'."), shape
+    )
+    assert (top.op, top.cond, top.report) == ("argmax", "city", "id")
+    assert plan(read_question("What is the capital of 'Sales'?"), shape) is None  # no numeric column named
+
+
+def test_parse_hits_reads_terms_printed_with_either_quote():
+    obs = "\"thou'rt not\": 1 hits\n    line one\n'x': 0 hits\n"
+    assert parse_hits(obs) == {"thou'rt not": (1, ["line one"]), "x": (0, [])}
+
+
+def test_cut_cell_runs_and_keeps_the_hit_paragraph_and_followed_identifiers():
+    ctx = "[a.x-1]\nk = 1\ninherits = b.y-2\n\n[c.z-3]\nk = 3\n\n[b.y-2]\nk = 2\nj = 5\n"
+    code = cut_cell(random.Random(0), Cut(("a.x-1",), paragraph=30, follow=True), set()).split("```repl\n")[1]
+    env = {"ctx": ctx}
+    exec(code.split("```")[0], env)  # the cell is plain Python over ctx
+    kept = [env["lines"][i] for i in env["kept"]]
+    assert kept == ["[a.x-1]", "k = 1", "inherits = b.y-2", "[b.y-2]", "k = 2", "j = 5"]
+
+
+@pytest.mark.parametrize(
+    ("question", "replies", "final"),
+    [
+        ("How many rows are there?", ["3", "4"], 7),
+        ("Is any section disabled? Reply yes or no.", ["no", "yes"], "yes"),
+        ("Which sections set x? List every section name.", ["a, b", "c"], ["a", "b", "c"]),
+        ("What is the lowest value?", ["7", "3"], "3"),
+    ],
+)
+def test_combine_reduces_per_chunk_replies_as_the_question_asks(question, replies, final):
+    code = (
+        combine(random.Random(0), read_question(question), replies, "").split("```repl\n")[1].split("```")[0]
+    )
+    got = []
+    exec(code, {"replies": replies, "FINAL": got.append})
+    assert got == [final]
+    assert parse_replies(f"replies: {replies!r}") == replies
+
+
+NEW = ("table_aggregate", "config_lookup", "glossary_lookup", "manual_default", "bundle_locate", "chat_count")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return TeacherPolicy().run([generate_task(f, 7, 8192) for f in NEW])
+
+
+def test_the_teacher_solves_new_families_grounded_without_knowing_them(rows):
+    assert [(r["family"], r["correct"], r["grounded"]) for r in rows] == [(f, True, True) for f in NEW]
