@@ -174,12 +174,22 @@ LOOKUP = Phrasings(
 )
 
 
+# Keys with wide value ranges are asked most: a key with few values (enabled, log level, compression,
+# a small count) is a near coin flip for a blind policy, and its value may equal another family's gold.
+LOOKUP_WEIGHTS = {
+    ("timeout", "ms"): 3.0,
+    ("cache", "ttl", "s"): 3.0,
+    ("endpoint",): 3.0,
+    ("pool", "size"): 1.0,
+}
+
+
 def generate_lookup(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"config_lookup/{seed}")
     sections, syntax, case, comments = build(rng, "config_lookup", length_tokens, difficulty, corpora)
     names = list(sections)
-    words = rng.choice(list(KEYS))
+    words = rng.choices(list(KEYS), [LOOKUP_WEIGHTS.get(k, 0.5) for k in KEYS])[0]
     hops = {"easy": 0, "medium": rng.randint(0, 1), "hard": rng.randint(1, 2)}[difficulty]
     chain = rng.sample(names, hops + 1)  # chain[0] asks, chain[-1] sets the key
     for child, parent in itertools.pairwise(chain):
