@@ -83,7 +83,7 @@ UNSEEN_FAMILIES: tuple[str, ...] = (
     "jsonl_join",  # JSONL + CSV bundle: multi-hop joins, id lists
     "code_calls",  # source code: list the callers of a function
     "email_repliers",  # e-mail threads: the set of repliers (a join with the staff directory)
-    "glossary_defined",  # glossaries: existence of entries (set or yes/no)
+    "glossary_defined",  # glossaries: which listed words have entries (a set)
     "manual_count",  # markdown manuals: count options, compare two commands
 )
 _missing = sorted(set(UNSEEN_FAMILIES) - set(FAMILIES))

@@ -142,19 +142,33 @@ def handle(person: prose.Person, style: str) -> str:
 class Log:
     """A generated chat log: its text and, per message, (line index, time, handle, body)."""
 
-    def __init__(self, lines: list[str], messages: list[tuple[int, datetime.datetime, str, str]]):
+    def __init__(
+        self, lines: list[str], messages: list[tuple[int, datetime.datetime, str, str]], lead: str = ""
+    ):
         self.lines = lines
         self.messages = messages
+        self.lead = lead  # the speaker whose share build_log was asked to set ("" if none)
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
 
 
-def build_log(rng: random.Random, corpora: Corpora, length_tokens: int, n_speakers: int) -> Log:
+def build_log(
+    rng: random.Random,
+    corpora: Corpora,
+    length_tokens: int,
+    n_speakers: int,
+    lead_share: float | None = None,
+    body_max: int = 260,
+) -> Log:
+    """A log of about `length_tokens`; with `lead_share`, its first speaker (`Log.lead`) posts about that
+    share of the messages. Shorter bodies (`body_max`) give more messages for the same length."""
     layout, style = rng.choice(sorted(LAYOUTS)), rng.choice(prose.TIME_STYLES)
     names = [handle(p, rng.choice(HANDLES)) for p in prose.people(rng, n_speakers)]
     weights = [rng.uniform(0.3, 1.0) for _ in names]
+    if lead_share is not None:
+        weights[0] = lead_share / (1 - lead_share) * sum(weights[1:])
     channel = f"{rng.choice(NOUNS)}-{rng.choice(('ops', 'dev', 'general', 'support', 'random'))}"
     source = prose.prose_source(rng, corpora, int(length_tokens * 3.3))
     budget = Budget(source)
@@ -174,11 +188,11 @@ def build_log(rng: random.Random, corpora: Corpora, length_tokens: int, n_speake
             topic = snippets.next(20, 60)
             lines.append(budget.struct(noise.format(name=rng.choice(names), channel=channel, topic=topic)))
         name = rng.choices(names, weights)[0]
-        body = snippets.next(20, 260)
+        body = snippets.next(20, body_max)
         head = template.format(ts=prose.format_time(t, style), name=name, text="")
         messages.append((len(lines), t, name, body))
         lines.append(budget.line(head, body))
-    return Log(lines, messages)
+    return Log(lines, messages, names[0] if lead_share is not None else "")
 
 
 def message_regex(document: str) -> tuple[re.Pattern[str], str]:
@@ -265,17 +279,20 @@ def _boundaries(log: Log) -> list[int]:
     return out
 
 
+COUNT_WEIGHTS = (0.45, 0.45, 0.1)  # speaker_window, window, speaker_word (word counts stay small)
+
+
 def generate_count(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"chat_count/{seed}")
     n_speakers, _ = LEVELS[difficulty]
-    kind = rng.choice(tuple(COUNT_QUESTIONS))
-    log = build_log(rng, corpora, length_tokens, n_speakers)
+    kind = rng.choices(tuple(COUNT_QUESTIONS), COUNT_WEIGHTS)[0]
+    # The asked speaker posts 5% to 80% of the messages, and bodies are short (more messages per token),
+    # so counts spread from a handful to a couple of hundred: a blind guess near the usual count rarely
+    # comes close.
+    log = build_log(rng, corpora, length_tokens, n_speakers, rng.uniform(0.05, 0.8), body_max=140)
     msgs = log.messages
-    names = sorted({m[2] for m in msgs})
-    name = rng.choice(names)
-    if kind == "speaker_word":  # the most talkative speaker, so even a short log has words to count
-        name = max(names, key=lambda n: (sum(m[2] == n for m in msgs), n))
+    name = log.lead
     slots = {"name": name, "t1": "", "t2": "", "word": ""}
     if kind == "speaker_word":
         words: dict[str, int] = {}
@@ -286,13 +303,18 @@ def generate_count(seed: int, length_tokens: int, difficulty: str, corpora: Corp
         # Words used 3 to 60 times by the speaker; a short log may only have words used once or twice.
         fits = sorted(w for w, c in words.items() if 3 <= c <= 60 and len(w) >= 4)
         fits = fits or sorted(w for w in words if len(w) >= 4)
-        slots["word"] = rng.choice(fits)
+        # Uniform over the counts that occur, not over words (most words are used only a few times).
+        count = rng.choice(sorted({words[w] for w in fits}))
+        slots["word"] = rng.choice([w for w in fits if words[w] == count])
     else:
         cuts = _boundaries(log)
-        span = rng.randint(20, 150) * (1 if kind == "window" else n_speakers // 2)
         if len(cuts) < 4:
             raise InvalidTaskError("the log is too short for a time window")
-        a = rng.randrange(len(cuts) // 2)
+        a = rng.randrange(len(cuts) // 4)
+        rest = len(msgs) - cuts[a]
+        # In messages: any part of the rest of the log (at least 40% of it when one speaker is counted,
+        # so that speaker's count is not mostly tiny).
+        span = rng.randint(5 if kind == "window" else max(5, rest * 2 // 5), max(5, rest))
         b = min(
             len(cuts) - 1, next((k for k in range(a, len(cuts)) if cuts[k] - cuts[a] >= span), len(cuts) - 1)
         )

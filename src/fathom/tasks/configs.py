@@ -15,9 +15,9 @@ Comments are lines of the fortunes corpus, and some quote settings ("# log_level
 so a grep for a setting finds commented-out lines too. Only uncommented lines set anything.
 
 ``config_lookup``: the effective value of a key in a section (its own setting, else its parent's, and so
-on; at hard the value is two parents up). ``config_sections`` kinds: ``list`` (every section that sets a
-key to a rare value itself; set_f1), ``count`` (how many sections set an integer key above T; numeric),
-``exists`` (does any section set a key to a value; yes / no). Five phrasings per kind.
+on; at hard the value is two parents up). ``config_sections`` kinds, all lists (set_f1): ``list`` (every
+section that sets a key to a rare value itself; near misses inherit it), ``above`` (every section that sets
+an integer key above T itself; near misses set exactly T). Five phrasings per kind.
 
 For an expert: `parse_config(document)` gives {section: {key: value}} (key spelling kept as written,
 values unquoted) for any of the three syntaxes; `effective` follows ``inherits``.
@@ -174,12 +174,22 @@ LOOKUP = Phrasings(
 )
 
 
+# Keys with wide value ranges are asked most: a key with few values (enabled, log level, compression,
+# a small count) is a near coin flip for a blind policy, and its value may equal another family's gold.
+LOOKUP_WEIGHTS = {
+    ("timeout", "ms"): 3.0,
+    ("cache", "ttl", "s"): 3.0,
+    ("endpoint",): 3.0,
+    ("pool", "size"): 1.0,
+}
+
+
 def generate_lookup(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"config_lookup/{seed}")
     sections, syntax, case, comments = build(rng, "config_lookup", length_tokens, difficulty, corpora)
     names = list(sections)
-    words = rng.choice(list(KEYS))
+    words = rng.choices(list(KEYS), [LOOKUP_WEIGHTS.get(k, 0.5) for k in KEYS])[0]
     hops = {"easy": 0, "medium": rng.randint(0, 1), "hard": rng.randint(1, 2)}[difficulty]
     chain = rng.sample(names, hops + 1)  # chain[0] asks, chain[-1] sets the key
     for child, parent in itertools.pairwise(chain):
@@ -208,6 +218,7 @@ def wrong_lookup(task: Task, document: str) -> list[str]:
 
 
 # ---- config_sections -------------------------------------------------------------------------------
+# Every question of this family is a list (set_f1), so a count or yes/no of another family never fits it.
 _E = " Settings on commented-out lines and inherited values do not count."
 _S = {"key": r"[A-Za-z_-]+", "value": r"\S+", "t": r"\d+"}
 SECTION_KINDS = {
@@ -224,79 +235,79 @@ SECTION_KINDS = {
         ),
         _S,
     ),
-    "count": Phrasings(
+    "above": Phrasings(
         tuple(
             t + _E
             for t in (
-                "How many sections set {key} to a value greater than {t}? Answer with a number.",
-                "Count the sections whose own {key} is above {t}.",
-                "In how many sections is {key} set higher than {t}? Give the count.",
-                "Number of sections with an explicit {key} strictly greater than {t}? One number.",
-                "How many section blocks configure {key} above {t}?",
-            )
-        ),
-        _S,
-    ),
-    "exists": Phrasings(
-        tuple(
-            t + _E
-            for t in (
-                "Does any section set {key} to {value}? Answer yes or no.",
-                "Is {key} = {value} set in at least one section? yes or no?",
-                "Answer yes or no: some section explicitly sets {key} to {value}.",
-                "Check whether any section configures {key} as {value}. Reply yes or no.",
-                "Is there a section whose own {key} is {value}? Answer yes or no.",
+                "Which sections set {key} to a value greater than {t}? List every section name.",
+                "List the sections whose own {key} is above {t}.",
+                "In which sections is {key} set higher than {t}? Give the section names, one per line.",
+                "Name every section with an explicit {key} strictly greater than {t}.",
+                "Which section blocks configure {key} above {t}? List them all.",
             )
         ),
         _S,
     ),
 }
-SECTION_WEIGHTS = (0.45, 0.45, 0.1)  # yes/no is a coin flip for a blind policy: keep it rare
 
 
-def sections_answer(kind: str, config: dict[str, dict[str, str]], s: dict[str, str]) -> Any:
-    if kind == "count":
-        return sum(1 for keys in config.values() if s["key"] in keys and int(keys[s["key"]]) > int(s["t"]))
-    hits = sorted(name for name, keys in config.items() if keys.get(s["key"]) == s["value"])
-    return hits if kind == "list" else formats.yes_no(bool(hits))
+def sections_answer(kind: str, config: dict[str, dict[str, str]], s: dict[str, str]) -> list[str]:
+    if kind == "above":
+        return sorted(name for name, keys in config.items() if int(keys.get(s["key"], "-1")) > int(s["t"]))
+    return sorted(name for name, keys in config.items() if keys.get(s["key"]) == s["value"])
+
+
+def plant_sections(rng: random.Random, sections: dict[str, dict[Any, Any]], kind: str) -> dict[str, str]:
+    """Choose the asked key (and value or threshold), plant 1 to 12 hits and 2 to 8 near misses."""
+    names = list(sections)
+    if kind == "list":
+        words = rng.choice(tuple(RARE))
+        hits = rng.sample(names, rng.randint(1, 12))
+        for name in hits:
+            sections[name][words] = RARE[words]
+        # Near misses: sections that only inherit the rare value, which "do not count".
+        rest = [n for n in names if n not in hits]
+        for name in rng.sample(rest, rng.randint(2, 8)):
+            sections[name].pop(words, None)
+            sections[name]["inherits"] = rng.choice(hits)
+        return {"words": words, "value": RARE[words], "t": "0"}  # type: ignore[dict-item]
+    words = rng.choice(INT_KEYS)
+    values = sorted(int(keys[words]) for keys in sections.values() if words in keys)
+    t = values[-1 - rng.randint(1, min(12, len(values) - 1))]
+    if t == values[-1]:  # ties at the top: keep at least one section above the threshold
+        t -= 1
+    # Near misses: sections set to exactly the threshold, which is not "greater than".
+    rest = [n for n, keys in sections.items() if int(keys.get(words, t)) <= t]
+    for name in rng.sample(rest, min(len(rest), rng.randint(2, 6))):
+        sections[name][words] = t
+    return {"words": words, "value": "", "t": str(t)}  # type: ignore[dict-item]
 
 
 def generate_sections(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"config_sections/{seed}")
-    kind = rng.choices(tuple(SECTION_KINDS), SECTION_WEIGHTS)[0]
+    kind = rng.choice(tuple(SECTION_KINDS))
     sections, syntax, case, comments = build(rng, "config_sections", length_tokens, difficulty, corpora)
-    words = rng.choice(INT_KEYS if kind == "count" else tuple(RARE))
-    value = RARE.get(words, "")
-    k = 0 if kind == "count" or (kind == "exists" and rng.random() < 0.5) else rng.randint(1, 12)
-    for name in rng.sample(list(sections), min(k, len(sections))):
-        sections[name][words] = value
-    with_key = sorted(int(keys[words]) for keys in sections.values() if words in keys and kind == "count")
-    t = with_key[rng.randrange(len(with_key) // 2, len(with_key))] if with_key else 0
+    planted = plant_sections(rng, sections, kind)
     document = render(rng, sections, syntax, case, comments)
-    s = {"key": key_name(words, case), "value": value, "t": str(t)}
+    s = {"key": key_name(planted["words"], case), "value": planted["value"], "t": planted["t"]}
     question = SECTION_KINDS[kind].write(rng, **s)
     answer = sections_answer(kind, parse_config(document), s)
-    metric = {"list": "set_f1", "count": "numeric", "exists": "exact"}[kind]
     meta = {"kind": kind, "syntax": syntax, "case": case, "sections": len(sections)}
     return make_task(
-        "config_sections", seed, length_tokens, difficulty, question, answer, metric, document, meta
+        "config_sections", seed, length_tokens, difficulty, question, answer, "set_f1", document, meta
     )
 
 
-def solve_sections(question: str, document: str) -> Any:
+def solve_sections(question: str, document: str) -> list[str]:
     kind, s = formats.parse_kind(SECTION_KINDS, question)
     return sections_answer(kind, parse_config(document), s)
 
 
 def wrong_sections(task: Task, document: str) -> list[Any]:
-    if task.metric == "exact":
-        return ["no" if task.answer == "yes" else "yes", ""]
-    if task.metric == "numeric":
-        gold = int(task.answer)  # type: ignore[arg-type]
-        return [gold + 1, gold - 1, gold + 5, "none"]
     gold = list(task.answer)  # type: ignore[arg-type]
-    return [gold[:-1], gold[1:], [*gold, "worker.zz-0"], []]
+    misses = sorted(set(parse_config(document)) - set(gold))
+    return [gold[:-1], gold[1:], [*gold, misses[0]], []]
 
 
 LOOKUP_FAMILY = Family(
@@ -309,7 +320,7 @@ LOOKUP_FAMILY = Family(
 )
 SECTIONS_FAMILY = Family(
     "config_sections",
-    "config files (INI / TOML / YAML): list / count / existence of sections by their own settings",
+    "config files (INI / TOML / YAML): list the sections by their own settings (a value, above a threshold)",
     generate_sections,
     solve_sections,
     wrong_sections,

@@ -14,10 +14,10 @@ corpus window, so no model can recall them; definitions are prose cut from one c
 end with "See also: TERM." (another headword) or "Compare WORD." (a word that is not a headword).
 
 glossary_lookup asks which term a quoted definition belongs to (the quote occurs once), or which entry
-comes right before or after a given term. glossary_defined asks which of five to seven words have an
-entry of their own (a set; the others are "Compare" words, one-letter variants of headwords, or unseen
-words), or, one time in three, whether one word has an entry ("yes" / "no"). Gold: a headword as
-written (``exact``), a sorted list (``set_f1``), or "yes"/"no" (``exact``).
+comes right before or after a given term. glossary_defined asks which of eight to thirteen words have an
+entry of their own: one to three headwords among seven to ten near misses ("Compare" words, one-letter
+variants of headwords, unseen words), written "a / b / c". Gold: a headword as written (``exact``) or
+a sorted list (``set_f1``; every glossary_defined question is a list, so a yes / no never fits).
 
 For an expert: `parse_entries(document)` gives (headword, definition) in order. Difficulty: easy has
 no cross-references; medium and hard add "See also" / "Compare" lines (hard: in a third of entries) and
@@ -97,27 +97,18 @@ LOOKUP_QUESTIONS = {
         {"term": TERM},
     ),
 }
-_WORDS = r"[A-Za-z]+(?:, [A-Za-z]+)*"
+# Candidates are separated by " / ", not commas, so the question text read as a list is one item.
+_WORDS = r"[A-Za-z]+(?: / [A-Za-z]+)*"
 DEFINED_QUESTIONS = {
     "which": Phrasings(
         (
             "Which of these words have their own entry in the glossary: {words}? List only those that do.",
-            "Of the words {words}, which are headwords of the glossary? Comma-separated.",
+            "Of the words {words} which are headwords of the glossary? List them.",
             "The glossary defines some of these: {words}. Which ones? List them.",
             "Check each of {words}: which have an entry in the glossary (not just a mention)?",
             "List the words among {words} that the glossary defines as entries.",
         ),
         {"words": _WORDS},
-    ),
-    "yesno": Phrasings(
-        (
-            "Does the glossary have an entry for '{word}'? Answer yes or no.",
-            "Is {word} one of the glossary's headwords? Answer yes or no.",
-            "Is there a definition of '{word}' as an entry of its own in the glossary? yes or no.",
-            "Can you find {word} defined as an entry in the glossary? Reply yes or no.",
-            "Answer yes or no: does '{word}' have its own glossary entry?",
-        ),
-        {"word": TERM},
     ),
 }
 
@@ -225,11 +216,9 @@ def _variant(rng: random.Random, word: str, taken: set[str]) -> str:
     raise InvalidTaskError(f"no look-alike of {word}")
 
 
-def _defined(kind: str, slots: dict[str, str], entries: list[tuple[str, str]]) -> str | list[str]:
+def _defined(slots: dict[str, str], entries: list[tuple[str, str]]) -> list[str]:
     heads = {t.lower(): t for t, _ in entries}
-    if kind == "yesno":
-        return "yes" if slots["word"].lower() in heads else "no"
-    return sorted(heads[w.lower()] for w in slots["words"].split(", ") if w.lower() in heads)
+    return sorted(heads[w.lower()] for w in slots["words"].split(" / ") if w.lower() in heads)
 
 
 def generate_defined(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
@@ -247,34 +236,28 @@ def generate_defined(seed: int, length_tokens: int, difficulty: str, corpora: Co
             return _variant(rng, rng.choice(terms), taken)
         return prose.pseudo_words(rng, 1, taken)[0]  # adds the word to `taken`: it stays unique
 
-    kind = "yesno" if rng.random() < 1 / 3 else "which"
-    if kind == "yesno":
-        slots = {"word": rng.choice(terms) if rng.random() < 0.5 else miss()}
-    else:
-        real = rng.sample(terms, rng.randint(1, 3))
-        words = list(dict.fromkeys(real + [miss() for _ in range(rng.randint(4, 5))]))
-        rng.shuffle(words)
-        slots = {"words": ", ".join(words)}
-    question = DEFINED_QUESTIONS[kind].write(rng, **slots)
-    gold = _defined(kind, slots, parse_entries(document))
-    metric = "exact" if kind == "yesno" else "set_f1"
-    meta = {"kind": kind, "entries": len(terms)}
+    # One to three headwords among seven to ten near misses: copying every candidate is far from right.
+    real = rng.sample(terms, rng.randint(1, 3))
+    words = list(dict.fromkeys(real + [miss() for _ in range(rng.randint(7, 10))]))
+    rng.shuffle(words)
+    slots = {"words": " / ".join(words)}
+    question = DEFINED_QUESTIONS["which"].write(rng, **slots)
+    gold = _defined(slots, parse_entries(document))
+    meta = {"kind": "which", "entries": len(terms)}
     return make_task(
-        "glossary_defined", seed, length_tokens, difficulty, question, gold, metric, document, meta
+        "glossary_defined", seed, length_tokens, difficulty, question, gold, "set_f1", document, meta
     )
 
 
-def solve_defined(question: str, document: str) -> str | list[str]:
-    kind, slots = prose.parse_kind(DEFINED_QUESTIONS, question)
-    return _defined(kind, slots, parse_entries(document))
+def solve_defined(question: str, document: str) -> list[str]:
+    _, slots = prose.parse_kind(DEFINED_QUESTIONS, question)
+    return _defined(slots, parse_entries(document))
 
 
 def wrong_defined(task: Task, document: str) -> list:
-    kind, slots = prose.parse_kind(DEFINED_QUESTIONS, task.question)
-    if kind == "yesno":
-        return ["no" if task.answer == "yes" else "yes", "maybe", ""]
+    _, slots = prose.parse_kind(DEFINED_QUESTIONS, task.question)
     gold = list(task.answer)  # type: ignore[arg-type]
-    asked = slots["words"].split(", ")
+    asked = slots["words"].split(" / ")
     misses = [w for w in asked if w.lower() not in {g.lower() for g in gold}]
     return [gold[:-1], [*gold, misses[0]], asked, misses, []]
 

@@ -6,12 +6,16 @@ random column order, comma or tab separated), in either order, each under a bann
 picks (``==> users.jsonl <==``, ``--- orders.csv ---``, ``### file: users.jsonl``). Kinds, five phrasings
 each:
 
-- ``city_of_order``: the city of the user who placed an order (order -> user id -> address; exact);
-- ``total_of_email``: the total amount of one status of the orders of the user with an email (email ->
-  user id -> orders; numeric);
-- ``disputed_in_city``: the ids of the ``disputed`` orders of users living in a city (set_f1); disputed
-  orders are rare (3 to 12 in the city), and users of a look-alike city ("Porto" / "Portimao") have
-  some too.
+- ``orders_of_user``: the ids of the other orders of the user who placed an order (order -> user id ->
+  orders); users with look-alike ids (48213 / 148213) have orders too;
+- ``status_of_email``: the ids of one status's orders of the user with an email (email -> user id ->
+  orders); the user has orders of other statuses, and look-alike users orders of that status;
+- ``disputed_in_city``: the ids of the ``disputed`` orders of users living in a city; disputed orders are
+  rare (3 to 12 in the city), users of a look-alike city ("Porto" / "Portimao") have 3 to 10, and users of
+  the city have orders of other statuses.
+
+Every answer is a list of order ids (set_f1), so a city, a number or a yes / no of another family never
+fits.
 
 Orders of truncated user lines are never asked about. For an expert: `split_bundle` gives the two files'
 texts, `jsonl.read_users` and `read_orders` parse them, `JOIN_KINDS` parse questions. This module does
@@ -57,24 +61,23 @@ def read_orders(text: str) -> list[dict[str, str]]:
 
 _J = {"oid": r"ORD-\d{6}", "email": r"[^ ]+@[a-z.]+", "status": r"[a-z]+", "city": r"[A-Z][a-z]+"}
 JOIN_KINDS = {
-    "city_of_order": Phrasings(
+    "orders_of_user": Phrasings(
         (
-            "Order {oid} was placed by a user. In which city does that user live? Answer with the city.",
-            "Which city is in the address of the customer who placed order {oid}?",
-            "Follow order {oid} to its user in users.jsonl: what is the user's address.city?",
-            "Find who placed {oid} and report the city they live in.",
-            "The customer behind order {oid} lives where? Give the city name only.",
+            "Order {oid} was placed by a user. List the ids of every other order that user placed.",
+            "Which other orders belong to the customer who placed order {oid}? Give every order id.",
+            "Follow order {oid} to its user in users.jsonl, then list all of that user's other order ids.",
+            "Find who placed {oid} and report the ids of the rest of their orders.",
+            "The customer behind order {oid} placed more orders. List those order ids, one per line.",
         ),
         _J,
     ),
-    "total_of_email": Phrasings(
+    "status_of_email": Phrasings(
         (
-            "What is the total amount of the {status} orders placed by the user with email {email}? "
-            "Answer with a number.",
-            "Sum the amount of every order with status {status} whose user has the email {email}.",
-            "The user registered as {email}: how much do their {status} orders add up to?",
-            "Add up amounts over orders.csv rows with status {status} that belong to the user {email}.",
-            "Total {status} order amount for the customer whose email is {email}? One number.",
+            "List the ids of the {status} orders placed by the user with email {email}.",
+            "Which orders with status {status} belong to the user whose email is {email}? Give every id.",
+            "The user registered as {email}: what are the order ids of their {status} orders?",
+            "Find every orders.csv row with status {status} that belongs to the user {email}. List the ids.",
+            "Give the ids of all {status} orders of the customer whose email is {email}, one per line.",
         ),
         _J,
     ),
@@ -90,17 +93,18 @@ JOIN_KINDS = {
         _J,
     ),
 }
-JOIN_WEIGHTS = (0.35, 0.35, 0.3)
 
 
-def answer_of(kind: str, users: list[dict[str, Any]], orders: list[dict[str, str]], s: dict[str, str]) -> Any:
-    if kind == "city_of_order":
+def answer_of(
+    kind: str, users: list[dict[str, Any]], orders: list[dict[str, str]], s: dict[str, str]
+) -> list[str]:
+    if kind == "orders_of_user":
         order = find_one([o for o in orders if o["order_id"] == s["oid"]], f"order {s['oid']}")
-        user = find_one([u for u in users if str(u["id"]) == order["user_id"]], "user of the order")
-        return user["address"]["city"]
-    if kind == "total_of_email":
+        uid = find_one([u for u in users if str(u["id"]) == order["user_id"]], "user of the order")["id"]
+        return sorted(o["order_id"] for o in orders if o["user_id"] == str(uid) and o["order_id"] != s["oid"])
+    if kind == "status_of_email":
         uid = str(find_one([u for u in users if u["email"] == s["email"]], "user with the email")["id"])
-        return sum(int(o["amount"]) for o in orders if o["user_id"] == uid and o["status"] == s["status"])
+        return sorted(o["order_id"] for o in orders if o["user_id"] == uid and o["status"] == s["status"])
     in_city = {str(u["id"]) for u in users if u["address"]["city"] == s["city"]}
     return sorted(o["order_id"] for o in orders if o["status"] == "disputed" and o["user_id"] in in_city)
 
@@ -108,7 +112,7 @@ def answer_of(kind: str, users: list[dict[str, Any]], orders: list[dict[str, str
 def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"jsonl_join/{seed}")
-    kind = rng.choices(tuple(JOIN_KINDS), JOIN_WEIGHTS)[0]
+    kind = rng.choice(tuple(JOIN_KINDS))
     style = jsonl.Style(rng, difficulty)
     n_chars = formats.chars_for(length_tokens, "jsonl_join")
     users, user_lines = jsonl.make_users(rng, int(n_chars * 0.45), style, min_users=40)
@@ -116,7 +120,7 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     cols = list(ORDER_COLS)
     rng.shuffle(cols)
     delimiter = rng.choice((",", "\t"))
-    oids = iter(formats.distinct(rng, lambda: f"ORD-{rng.randrange(10**5, 10**6)}", 10 + n_chars // 40))
+    oids = iter(formats.distinct(rng, lambda: f"ORD-{rng.randrange(10**5, 10**6)}", 100 + n_chars // 30))
     target = rng.choice(good)
     city = target["address"]["city"]
     alike = [c for c in jsonl.CITIES if c != city and c[:3] == city[:3]]
@@ -133,21 +137,28 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
             "placed_at": when,
         }
 
-    total = 0
-    while total < n_chars * 0.55 or len(rows) < 40:
-        rows.append(order(rng.choice(users), rng.choice(STATUSES)))
-        total += 38
-    planted = [order(target, rng.choice(STATUSES)) for _ in range(rng.randint(2, 5))]
-    in_city = [u for u in good if u["address"]["city"] == city]
-    planted += [order(rng.choice(in_city), "disputed") for _ in range(rng.randint(3, 12))]
+    # Planted rows first (they count towards the file's size, so the document keeps its length): the
+    # target's orders, disputed orders in the city, and near misses around each list answer.
+    uid = str(target["id"])
+    alike_ids = [u for u in good if u is not target and (uid in str(u["id"]) or str(u["id"]) in uid)]
     near = [u for u in good if u["address"]["city"] in alike] or [
         u for u in good if u["address"]["city"] != city
     ]
-    planted += [order(rng.choice(near), "disputed") for _ in range(rng.randint(1, 4))]
+    in_city = [u for u in good if u["address"]["city"] == city]
+    planted = [order(target, rng.choice(STATUSES)) for _ in range(rng.randint(3, 9))]
+    status = rng.choice([r["status"] for r in planted[:2]])
+    planted += [order(target, "disputed") for _ in range(rng.randint(0, 2))]
+    planted += [order(rng.choice(alike_ids or near), status) for _ in range(rng.randint(3, 8))]
+    planted += [order(rng.choice(in_city), "disputed") for _ in range(rng.randint(3, 12))]
+    planted += [order(rng.choice(in_city), rng.choice(STATUSES)) for _ in range(rng.randint(3, 8))]
+    planted += [order(rng.choice(near), "disputed") for _ in range(rng.randint(3, 10))]
+    total = 38 * len(planted)
+    while total < n_chars * 0.55 or len(rows) < 40:
+        rows.append(order(rng.choice(users), rng.choice(STATUSES)))
+        total += 38
     for row in planted:
         rows.insert(rng.randrange(len(rows) + 1), row)
-    target_order = rng.choice([r for r in rows if r["user_id"] == str(target["id"])])
-    status = rng.choice([r["status"] for r in planted[:2]])
+    target_order = rng.choice([r for r in rows if r["user_id"] == uid])
     csv_lines = [delimiter.join(cols)] + [delimiter.join(r[c] for c in cols) for r in rows]
     files = [("users.jsonl", "\n".join(user_lines)), ("orders.csv", "\n".join(csv_lines))]
     rng.shuffle(files)
@@ -157,9 +168,10 @@ def generate(seed: int, length_tokens: int, difficulty: str, corpora: Corpora) -
     question = JOIN_KINDS[kind].write(rng, **s)
     parts = split_bundle(document)
     answer = answer_of(kind, jsonl.read_users(parts["users.jsonl"]), read_orders(parts["orders.csv"]), s)
-    metric = {"city_of_order": "exact", "total_of_email": "numeric", "disputed_in_city": "set_f1"}[kind]
     meta = {"kind": kind, "users": len(users), "orders": len(rows), "delimiter": delimiter}
-    return make_task("jsonl_join", seed, length_tokens, difficulty, question, answer, metric, document, meta)
+    return make_task(
+        "jsonl_join", seed, length_tokens, difficulty, question, answer, "set_f1", document, meta
+    )
 
 
 def solve(question: str, document: str) -> Any:
@@ -169,19 +181,14 @@ def solve(question: str, document: str) -> Any:
 
 
 def wrong_answers(task: Task, document: str) -> list[Any]:
-    kind, _ = formats.parse_kind(JOIN_KINDS, task.question)
-    if kind == "city_of_order":
-        return [*[c for c in jsonl.CITIES if c != task.answer][:6], ""]
-    if kind == "total_of_email":
-        gold = int(task.answer)  # type: ignore[arg-type]
-        return [gold + 1, gold - 1, gold + 500, "none"]
     gold = list(task.answer)  # type: ignore[arg-type]
-    return [gold[:-1], gold[1:], [*gold, "ORD-000000"], [gold[0]], []]
+    others = sorted(set(o["order_id"] for o in read_orders(split_bundle(document)["orders.csv"])) - set(gold))
+    return [gold[:-1], gold[1:], [*gold, others[0]], [gold[0]] if len(gold) > 1 else others[:1], []]
 
 
 FAMILY = Family(
     "jsonl_join",
-    "a users.jsonl + orders.csv bundle: joins across the two files (city of an order, totals, id lists)",
+    "a users.jsonl + orders.csv bundle: joins across the two files, answered with lists of order ids",
     generate,
     solve,
     wrong_answers,

@@ -16,7 +16,8 @@ plain substring search for the asked service over-counts, and messages of other 
 asked service and level words ("retrying billing-api after ERROR"), so grepping for the level does too.
 
 ``logs_count`` kinds: count (entries of service S at level L; numeric), count_after (the same, after a
-second-resolution cutoff that no entry falls in; numeric), exists (did S log any L entry; yes/no, exact).
+second-resolution cutoff that no entry falls in; numeric; S at L is 2% to 75% of the entries), exists
+(did S log any L entry; "logged" / "never logged", exact).
 Five phrasings per kind. The previous/next family over the same logs is `fathom.tasks.logs_next`.
 
 For an expert: `parse_entries(document)` gives (seconds, level, service, rid) per entry (it detects the
@@ -264,6 +265,9 @@ def timeline(rng: random.Random, picks: list[tuple[str, str]]) -> list[Entry]:
 
 
 # ---- logs_count -----------------------------------------------------------------------------------
+# Existence is answered with words of this family only, so no other family's "yes" / "no" gold fits.
+EXISTS_ANSWERS = ("logged", "never logged")
+_LOGGED = " Answer 'logged' or 'never logged'."
 _S = {"service": SERVICE, "level": r"[A-Z]+", "cutoff": r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"}
 COUNT_KINDS = {
     "count": Phrasings(
@@ -291,12 +295,12 @@ COUNT_KINDS = {
     ),
     "exists": Phrasings(
         (
-            "Did the service {service} log any {level} entry? Answer yes or no.",
-            "Is there at least one log entry at level {level} from the service named exactly {service}? "
-            "Answer yes or no.",
-            "Does {service} ever emit a {level}-level entry in this log? Reply yes or no.",
-            "Answer yes or no: the log contains an entry of level {level} written by {service}.",
-            "Has the service {service} written a {level} entry anywhere in the log above? yes or no?",
+            "Did the service {service} log any {level} entry?" + _LOGGED,
+            "Is there at least one log entry at level {level} from the service named exactly {service}?"
+            + _LOGGED,
+            "Does {service} ever emit a {level}-level entry in this log?" + _LOGGED,
+            "The log may contain an entry of level {level} written by {service}." + _LOGGED,
+            "Has the service {service} written a {level} entry anywhere in the log above?" + _LOGGED,
         ),
         _S,
     ),
@@ -318,9 +322,12 @@ def generate_count(seed: int, length_tokens: int, difficulty: str, corpora: Corp
     messages = formats.lines_from(corpora, "fortunes")
     n_chars = doc_chars(length_tokens, "logs_count", style)
     picks = draw_entries(rng, n_chars, line_chars(style, messages), names, (level, service))
-    k = 0 if kind == "exists" and rng.random() < 0.5 else rng.randint(1, max(3, min(60, len(picks) // 6)))
-    for _ in range(k):
-        picks.insert(rng.randrange(len(picks) + 1), (level, service))
+    # The asked (service, level) takes a share of the log drawn uniformly from 2% to 75%: a count is
+    # anywhere from a handful to hundreds, so a blind guess near the typical count rarely comes close.
+    # Planted entries replace background ones, so the log keeps its target length.
+    share = 0.0 if kind == "exists" and rng.random() < 0.5 else rng.uniform(0.02, 0.75)
+    for i in rng.sample(range(len(picks)), max(1, round(share * len(picks))) if share else 0):
+        picks[i] = (level, service)
     entries = timeline(rng, picks)
     cutoff = entries[rng.randrange(len(entries) // 5, len(entries) // 2)].second
     while any(e.second == cutoff for e in entries):
@@ -342,7 +349,7 @@ def _count_answer(kind: str, entries: list[Entry], service: str, level: str, cut
         return len(hits)
     if kind == "count_after":
         return sum(1 for e in hits if e.second > cutoff)
-    return formats.yes_no(bool(hits))
+    return EXISTS_ANSWERS[0] if hits else EXISTS_ANSWERS[1]
 
 
 def solve_count(question: str, document: str) -> str | int:
@@ -354,7 +361,7 @@ def solve_count(question: str, document: str) -> str | int:
 
 def wrong_count(task: Task, document: str) -> list[str | int]:
     if task.metric == "exact":
-        return ["no" if task.answer == "yes" else "yes", "maybe", ""]
+        return [*(a for a in EXISTS_ANSWERS if a != task.answer), "yes", "no", ""]
     gold = int(task.answer)  # type: ignore[arg-type]
     return [gold + 1, gold - 1, gold + 4, 2 * gold + 1, "many"]
 

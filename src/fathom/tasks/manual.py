@@ -14,8 +14,10 @@ Option names come from one pool per document, so the same option appears in many
 different defaults: a search for the option alone finds the wrong section.
 
 manual_default asks for the default of one option of one command (gold: the default as written,
-``exact``). manual_count asks how many options of a command take a given type, how many commands accept
-a given option (``numeric``), or which of two commands has more options (``exact``; their counts differ).
+``exact``; values come from wide ranges, booleans are "on" / "off" and asked one time in ten at most).
+manual_count asks how many option rows of the whole manual have a given type, how many commands accept a
+given option (``numeric``; types and options have per-manual weights, and its manuals have short prose,
+so counts spread widely), or which of two commands has more options (``exact``; their counts differ).
 
 For an expert: `parse_manual(document)` gives command -> [(option, type, default)] in order.
 Difficulty: easy 6-option pool, medium 14, hard 24 (more options per command at hard).
@@ -40,6 +42,7 @@ VERBS += ("deploy", "rotate", "scan", "pack", "seal", "query", "merge", "split",
 OPTION_WORDS = ("max", "retry", "cache", "depth", "batch", "color", "shard", "timeout", "wait", "dry")
 OPTION_WORDS += ("log", "level", "output", "format", "mirror", "chunk", "limit", "quiet", "keep", "base")
 TYPES = ("integer", "boolean", "string", "path", "duration")
+STRING_MODES = ("auto", "plain", "json", "fast", "strict", "lazy", "eager", "compact", "verbose", "safe")
 HEADINGS = ("## `{cmd}`", "### {cmd}", "## Command: {cmd}")
 HEADING_RE = re.compile(
     r"^(?:## `([a-z]+ctl [a-z-]+)`|### ([a-z]+ctl [a-z-]+)|## Command: ([a-z]+ctl [a-z-]+))$", re.M
@@ -66,14 +69,15 @@ DEFAULT_QUESTIONS = {
     )
 }
 _NUM = " Answer with a number."
+_ROWS = " (An option documented for several commands counts once per command.)"
 COUNT_QUESTIONS = {
-    "type_count": Phrasings(
+    "type_total": Phrasings(
         (
-            "How many options of `{cmd}` take a value of type {type}?" + _NUM,
-            "Count the {type} options documented for `{cmd}`." + _NUM,
-            "In the options table of `{cmd}`, how many options are of type {type}?" + _NUM,
-            "How many of the options that `{cmd}` accepts have the type {type}?" + _NUM,
-            "For the command `{cmd}`, how many documented options are {type} options?" + _NUM,
+            "Across all commands, how many documented options take a value of type {type}?" + _ROWS + _NUM,
+            "Count the {type} options documented in the whole manual." + _ROWS + _NUM,
+            "In all the options tables of the manual, how many options are of type {type}?" + _ROWS + _NUM,
+            "How many option entries of the manual, over every command, have the type {type}?" + _ROWS + _NUM,
+            "Summed over the commands, how many documented options are {type} options?" + _ROWS + _NUM,
         ),
         _SLOTS,
     ),
@@ -100,18 +104,28 @@ COUNT_QUESTIONS = {
 }
 
 
+# Question kind weights; the compare kind is exact and one of two commands, the counts spread widely.
+KIND_WEIGHTS = {"default": 1.0, "type_total": 0.55, "accepts": 0.1, "compare": 0.35}
+
+
 def _default(rng: random.Random, kind: str) -> str:
+    # Wide value ranges, and booleans spelled "on" / "off" (config files say true / false), so a blind
+    # guess of the usual default, or another family's gold, rarely fits.
     return {
-        "integer": lambda: str(rng.choice((1, 2, 4, 8, 16, 32, 64, 100, 256, 512, 1000))),
-        "boolean": lambda: rng.choice(("true", "false")),
-        "string": lambda: rng.choice(("auto", "none", "plain", "json", "fast", "strict")),
-        "path": lambda: f"/var/lib/{rng.choice(NOUNS)}",
-        "duration": lambda: f"{rng.choice((5, 10, 30, 60, 90, 120))}{rng.choice('smh')}",
+        "integer": lambda: str(rng.randint(2, 4096)),
+        "boolean": lambda: rng.choice(("on", "off")),
+        "string": lambda: f"{rng.choice(NOUNS)}-{rng.choice(STRING_MODES)}",
+        "path": lambda: f"/var/lib/{rng.choice(NOUNS)}/{rng.choice(NOUNS)}",
+        "duration": lambda: f"{rng.randint(2, 600)}{rng.choice('smh')}",
     }[kind]()
 
 
-def build(rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: str) -> tuple[str, dict]:
+def build(
+    rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: str, dense: bool = False
+) -> tuple[str, dict]:
+    """A manual of about `length_tokens`; `dense` writes short prose, so there are more commands."""
     pool_size, per_cmd = LEVELS[difficulty]
+    prose_chars, text_chars = ((20, 100), (15, 40)) if dense else ((80, 500), (30, 120))
     tool = f"{rng.choice(NOUNS)}ctl"
     pool: list[str] = []
     while len(pool) < pool_size:
@@ -119,7 +133,11 @@ def build(rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: 
         name = "--" + "-".join(words)
         if name not in pool:
             pool.append(name)
-    types = {name: rng.choice(TYPES) for name in pool}  # an option keeps its type everywhere
+    # An option keeps its type everywhere; types and options are drawn with per-manual weights, so how
+    # many rows have a type, or how many commands take an option, varies widely between manuals.
+    type_weights = [rng.uniform(0.05, 1.0) ** 2 for _ in TYPES]  # squared: some types dominate
+    types = {name: rng.choices(TYPES, type_weights)[0] for name in pool}
+    popularity = {name: rng.uniform(0.05, 1.0) for name in pool}
     source = prose.prose_source(rng, corpora, int(length_tokens * 3.3))
     budget = Budget(source)
     snippets = Snippets(corpora, rng, source, int(length_tokens * 3.3) + 4000)
@@ -130,19 +148,22 @@ def build(rng: random.Random, corpora: Corpora, length_tokens: int, difficulty: 
     lines = [budget.struct(f"# {tool} manual"), "", budget.prose(snippets.next(100, 300))]
     commands: dict[str, list[tuple[str, str, str]]] = {}
     while budget.tokens < length_tokens - 40 or len(commands) < 2:
-        cmd = f"{tool} {names[len(commands)]}"
-        opts = [
-            (o, types[o], _default(rng, types[o]))
-            for o in rng.sample(pool, min(pool_size, rng.randint(*per_cmd)))
-        ]
+        # verb-noun names run out in very long dense manuals: then add a second noun (still unique).
+        i, n = len(commands), len(names)
+        cmd = f"{tool} {names[i % n]}" + (f"-{NOUNS[i // n - 1]}" if i >= n else "")
+        # Weighted sampling without replacement (Efraimidis-Spirakis keys), in a random order.
+        chosen = sorted(pool, key=lambda o: rng.random() ** (1 / popularity[o]), reverse=True)
+        chosen = chosen[: min(pool_size, rng.randint(*per_cmd))]
+        rng.shuffle(chosen)
+        opts = [(o, types[o], _default(rng, types[o])) for o in chosen]
         commands[cmd] = opts
         lines += ["", budget.struct(heading.format(cmd=cmd)), ""]
-        lines += [budget.prose(snippets.next(80, 500)) for _ in range(rng.randint(1, 2))]
+        lines += [budget.prose(snippets.next(*prose_chars)) for _ in range(rng.randint(1, 2))]
         lines += ["", budget.struct(rng.choice(("Options:", "#### Options", "**Options**"))), ""]
         if as_table:
             lines += [budget.struct("| " + " | ".join(columns) + " |"), budget.struct("|" + "---|" * 4)]
         for name, kind, default in opts:
-            text = snippets.next(30, 120).replace("|", "/").replace("`", "'")
+            text = snippets.next(*text_chars).replace("|", "/").replace("`", "'")
             if as_table:
                 cell = {"Option": f"`{name}`", "Type": kind, "Default": f"`{default}`", "Description": text}
                 budget.struct(
@@ -189,8 +210,8 @@ def _answer(kind: str, s: dict[str, str], manual: dict[str, list[tuple[str, str,
         if len(hits) != 1:
             raise InvalidTaskError(f"{s['cmd']} documents {s['opt']} {len(hits)} times")
         return hits[0]
-    if kind == "type_count":
-        return sum(1 for _, t, _ in manual[s["cmd"]] if t == s["type"])
+    if kind == "type_total":
+        return sum(1 for opts in manual.values() for _, t, _ in opts if t == s["type"])
     if kind == "accepts":
         return sum(1 for opts in manual.values() if any(o == s["opt"] for o, _, _ in opts))
     a, b = len(manual[s["cmd"]]), len(manual[s["cmd2"]])
@@ -204,16 +225,19 @@ def _generate(
 ) -> Task:
     check_difficulty(difficulty)
     rng = random.Random(f"{name}/{seed}")
-    document, info = build(rng, corpora, length_tokens, difficulty)
+    # Counts need many commands to spread (short prose); a default lookup keeps long sections.
+    document, info = build(rng, corpora, length_tokens, difficulty, dense=name == "manual_count")
     manual = parse_manual(document)
     cmds = sorted(manual)
-    kind = rng.choice(tuple(questions))
+    kind = rng.choices(tuple(questions), [KIND_WEIGHTS[k] for k in questions])[0]
     cmd = rng.choice(cmds)
     slots = {"cmd": cmd, "cmd2": "", "opt": "", "type": ""}
     if kind == "default":
-        slots["opt"] = rng.choice(manual[cmd])[0]
-    elif kind == "type_count":
-        slots["type"] = rng.choice([t for _, t, _ in manual[cmd]])
+        # Booleans have two values, a coin flip for a blind policy: ask about them rarely.
+        valued = [o for o, t, _ in manual[cmd] if t != "boolean"]
+        slots["opt"] = rng.choice(valued if valued and rng.random() < 0.9 else [o for o, _, _ in manual[cmd]])
+    elif kind == "type_total":
+        slots["type"] = rng.choice(sorted({t for opts in manual.values() for _, t, _ in opts}))
     elif kind == "accepts":
         slots["opt"] = rng.choice(info["pool"])
     else:
@@ -221,7 +245,7 @@ def _generate(
         if others:
             slots["cmd2"] = rng.choice(others)
         else:  # a short manual whose commands all have as many options: count a type instead
-            kind, slots["type"] = "type_count", rng.choice([t for _, t, _ in manual[cmd]])
+            kind, slots["type"] = "type_total", rng.choice([t for _, t, _ in manual[cmd]])
     question = questions[kind].write(rng, **slots)
     gold = _answer(kind, slots, manual)
     meta = {"kind": kind, "commands": len(manual)}

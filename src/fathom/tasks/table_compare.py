@@ -6,7 +6,7 @@ empty cells). Kinds, five phrasings each:
 - ``which``: which of two values of a categorical column has the larger total of an integer column
   (exact: one of the two values; the totals always differ);
 - ``diff``: the total for value A minus the total for value B (numeric, may be negative);
-- ``exists``: is there a row with the categorical value A and the integer strictly above T (yes / no; for
+- ``exists``: is there a row with the categorical value A and the integer strictly above T ("found" / "not found"; for
   "no", T is at or above A's maximum while other values' rows exceed it, so ignoring the condition fails);
 - ``top``: the id of the row with the largest integer among rows with value A (exact; the maximum is
   made unique).
@@ -27,6 +27,9 @@ from fathom.tasks.haystack import Corpora
 from fathom.tasks.schema import Task
 from fathom.tasks.tables import column, number
 
+# Existence is answered with words of this family only, so no other family's "yes" / "no" gold fits.
+EXISTS_ANSWERS = ("found", "not found")
+_FOUND = " Answer 'found' or 'not found'."
 _T = {"num": r"[^']+", "cat": r"[^']+", "a": r"[^']+", "b": r"[^']+", "t": r"-?\d+", "id": r"[^']+"}
 CMP_KINDS = {
     "which": Phrasings(
@@ -53,11 +56,11 @@ CMP_KINDS = {
     ),
     "exists": Phrasings(
         (
-            "Is there any row where '{cat}' is '{a}' and '{num}' is greater than {t}? Answer yes or no.",
-            "Does the table contain a row with '{cat}' = '{a}' whose '{num}' exceeds {t}? yes or no?",
-            "Answer yes or no: some row has '{cat}' exactly '{a}' and '{num}' strictly above {t}.",
-            "Among the rows with '{cat}' '{a}', does any have '{num}' > {t}? Reply yes or no.",
-            "Check whether a '{cat}' = '{a}' row with '{num}' above {t} exists. Answer yes or no.",
+            "Is there any row where '{cat}' is '{a}' and '{num}' is greater than {t}?" + _FOUND,
+            "Does the table contain a row with '{cat}' = '{a}' whose '{num}' exceeds {t}?" + _FOUND,
+            "Search for a row with '{cat}' exactly '{a}' and '{num}' strictly above {t}." + _FOUND,
+            "Among the rows with '{cat}' '{a}', does any have '{num}' > {t}?" + _FOUND,
+            "Check whether a '{cat}' = '{a}' row with '{num}' above {t} exists." + _FOUND,
         ),
         _T,
     ),
@@ -94,7 +97,7 @@ def answer_of(kind: str, header: list[str], rows: list[list[str]], s: dict[str, 
     if not values:
         raise InvalidTaskError(f"no row has {s['cat']} = {s['a']}")
     if kind == "exists":
-        return formats.yes_no(any(v > int(s["t"]) for v, _ in values))
+        return EXISTS_ANSWERS[0] if any(v > int(s["t"]) for v, _ in values) else EXISTS_ANSWERS[1]
     best = max(v for v, _ in values)
     at = find_one([i for v, i in values if v == best], "row with the largest value")
     return column(header, rows, s["id"])[at]
@@ -151,7 +154,7 @@ def wrong_answers(task: Task, document: str) -> list[str | int]:
     if kind == "which":
         return [s["b"] if task.answer == s["a"] else s["a"], "both", ""]
     if kind == "exists":
-        return ["no" if task.answer == "yes" else "yes", ""]
+        return [*(a for a in EXISTS_ANSWERS if a != task.answer), "yes", "no", ""]
     header, rows = tables.read_table(document)
     ids = column(header, rows, s["id"])
     return [i for i in ids[:3] if i != task.answer] + [""]

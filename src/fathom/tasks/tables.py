@@ -125,6 +125,12 @@ def make_table(
     rng.shuffle(header)
     next_id = rng.randrange(100_000, 200_000)
     day0 = datetime.date(2023, 1, 1) + datetime.timedelta(days=rng.randrange(365))
+    # Each document draws its own range inside the theme's, so a min / max / count is not pinned near
+    # the theme's bounds (a blind guess of the usual minimum would otherwise land close every time).
+    ranges = []
+    for _, low, high in theme.nums:
+        lo = low + rng.randrange((high - low) // 2 + 1)
+        ranges.append((lo, high - rng.randrange((high - lo) // 3 + 1)))
     rows: list[list[str]] = []
     per_row = 60.0
     while len(rows) < max(min_rows, n_chars / per_row):
@@ -133,7 +139,7 @@ def make_table(
         cell[date_col] = (day0 + datetime.timedelta(days=len(rows) // 40)).isoformat()
         for col, (_, values) in zip(cat_cols, theme.cats, strict=True):
             cell[col] = rng.choice(values)
-        for col, (_, low, high) in zip(num_cols, theme.nums, strict=True):
+        for col, (low, high) in zip(num_cols, ranges, strict=True):
             cell[col] = style.missing if rng.random() < style.gaps else str(rng.randint(low, high))
         rows.append([cell[c] for c in header])
         if len(rows) == 20:
@@ -261,7 +267,7 @@ AGG_KINDS = {
         _T,
     ),
 }
-AGG_WEIGHTS = (0.3, 0.15, 0.15, 0.2, 0.2)
+AGG_WEIGHTS = (0.35, 0.1, 0.1, 0.25, 0.2)  # min / max sit near a column's bounds: keep them rarer
 
 
 def aggregate(op: str, cells: Sequence[str], keep: Sequence[bool], t: int = 0) -> int | float:
@@ -299,7 +305,7 @@ def generate_agg(seed: int, length_tokens: int, difficulty: str, corpora: Corpor
     keep = [c == value for c in column(table.header, table.rows, cat)]
     cells = column(table.header, table.rows, num)
     present = sorted(number(c) for c, k in zip(cells, keep, strict=True) if k and number(c) is not None)
-    t = present[rng.randrange(len(present) // 3, len(present))] if present else 0
+    t = present[rng.randrange(len(present))] if present else 0  # any count from 0 to the group's size
     answer = aggregate(op, cells, keep, t)
     question = AGG_KINDS[op].write(rng, num=num, cat=cat, value=value, t=t)
     meta = {"kind": op, "rows": len(table.rows), "delimiter": style.delimiter, "case": style.case}
