@@ -177,7 +177,12 @@ def test_copying_another_tasks_gold_does_not_pay(family, corpora):
         # Paid only when the copied gold happens to be this task's gold too (chance: see the blind tests).
         assert result.correct == (answer_key(task, copied) == answer_key(task, task.answer))
         assert result.correct or result.total <= CONFIG.wrong_cap
-        for other in others:  # another family's gold never fits this task
+        for other in others:  # another family's gold pays only where it is this task's gold too (chance,
+            # as above: with 20+ families answering counts, two golds coincide now and then)
+            same_shape = isinstance(other.answer, list) == isinstance(task.answer, list)
+            if same_shape and answer_key(task, other.answer) == answer_key(task, task.answer):
+                assert reward(task, other.answer).correct
+                continue
             assert_does_not_pay(reward(task, other.answer))
 
 

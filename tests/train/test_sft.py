@@ -64,7 +64,7 @@ def expert_teacher(tasks: dict, seen: list) -> type[BaseHTTPRequestHandler]:
 
 
 def test_expert_and_teacher_transcripts_are_token_exact_and_identical(tmp_path, tokenizer):
-    cfg = config(tmp_path, "--sft.num_tasks=3")
+    cfg = config(tmp_path, "--sft.num_tasks=3", "--sft.source=expert")
     tasks = sft_tasks(cfg)
     expert = collect_transcripts(cfg, tokenizer, tasks)
     assert [r["correct"] for r in expert] == [True] * 3 and {r["end_reason"] for r in expert} == {"answered"}
