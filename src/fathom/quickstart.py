@@ -133,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heldout-unseen", type=int, default=14, help="held-out tasks of the unseen families"
     )
     parser.add_argument("--lengths", nargs="+", default=["8K", "32K", "128K"], help="held-out lengths")
-    parser.add_argument("--sft-tasks", type=int, default=16, help="teacher transcripts for SFT")
-    parser.add_argument("--sft-epochs", type=float, default=3.0)
+    parser.add_argument("--sft-tasks", type=int, default=8, help="teacher transcripts for SFT")
+    parser.add_argument("--sft-epochs", type=float, default=1.0)
     parser.add_argument("--grpo-steps", type=int, default=8)
     parser.set_defaults(func=run)

@@ -97,6 +97,9 @@ class BatchingService:
             key = (replace(head.sampling, max_new_tokens=0), head.adapter)
             batch = [p for p in self._pending if (replace(p.sampling, max_new_tokens=0), p.adapter) == key]
             batch = batch[: self.max_batch]
+            # A fixed row order for a given set of prompts: sampled rows then draw the same random numbers
+            # whatever order their episodes became ready in (rows with equal prompts are interchangeable).
+            batch.sort(key=lambda p: (len(p.prompt), p.prompt))
             taken = {id(p) for p in batch}
             self._pending = [p for p in self._pending if id(p) not in taken]
             sampling = replace(head.sampling, max_new_tokens=max(p.sampling.max_new_tokens for p in batch))

@@ -90,6 +90,10 @@ class RolloutSection:
     max_cache_len: int = 8192  # static mode
     vllm_gpu_memory_utilization: float = 0.3  # the colocated engine's share of the GPU (weights + KV cache)
     vllm_max_model_len: int = 8192  # prompt + completion, for the engine's KV cache
+    # continuous: each turn goes to the engine when ready; turns: every live episode's turn in one batch
+    # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
+    # turns with HF generate
+    batching: str = "auto"
     sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
     sub_lm_url: str = ""  # openai only: http://host:port/v1
     sub_lm_model: str = ""
@@ -104,6 +108,7 @@ class RolloutSection:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
         _positive("rollout", self, "temperature", "top_k", allow_zero=True)
         _one_of("rollout", "generation_mode", self.generation_mode, ("auto", "vllm", *MODES))
+        _one_of("rollout", "batching", self.batching, ("auto", "continuous", "turns"))
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             raise ConfigError("rollout.vllm_gpu_memory_utilization must be in (0, 1)")
         _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))

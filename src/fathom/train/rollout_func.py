@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fathom.env import OpenAISubLM
@@ -156,13 +156,13 @@ class FathomRollout:
                 # vLLM holds the merged policy; adapter-off llm() calls (sub_lm = "base") read with HF generate
                 service = vllm_service(trainer.vllm_generation.llm, base=hf if reader == "base" else None)
                 sampling = Sampling(**{**sampling.__dict__, "logprobs": True})
+            # Turn-synchronous batches where samples must be reproducible (HF generate; lockstep ranks)
+            sync = (
+                r.batching == "turns" or (r.batching == "auto" and not uses_vllm(trainer)) or bool(lockstep)
+            )
+            config = replace(self.engine_config, sync_turns=sync)
             engine = build_engine(
-                service,
-                self.chat,
-                self.engine_config,
-                reader,
-                reward=self.config.reward,
-                sandbox=self.sandbox,
+                service, self.chat, config, reader, reward=self.config.reward, sandbox=self.sandbox
             )
             with synced, running(service):
                 episodes = engine.run_sync(list(tasks), sampling)
