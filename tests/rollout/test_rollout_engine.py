@@ -298,3 +298,15 @@ def test_expert_backend_reads_its_turn_from_the_environment_footer(tiny):
 def test_environment_alone_has_no_child_episode_loop():
     """Recursion lives in the engine: the environment passes every llm() call to its sub-LM."""
     assert not hasattr(RLMEnvironment(EnvConfig(max_depth=2)), "child_policy")
+
+
+def test_the_models_window_ends_an_episode_like_its_token_budget(tiny, tasks):
+    """A window smaller than prompt + budget: the episode stops at the window (token_budget), no request
+    outgrows it, and nothing raises."""
+    _, tok = tiny
+    chat = ChatFormat(tok)
+    policy = scripted(chat, {t.question: "```repl\nprint('x' * 400)\n```" for t in tasks[:1]})
+    config = RolloutConfig(max_turns=12, max_total_tokens=1 << 20, context_tokens=900)
+    (episode,) = build_engine(hf_service(policy), chat, config, None).run_sync(tasks[:1])
+    assert episode.end_reason == "token_budget" and len(episode.turns) >= 2
+    assert len(episode.prompt_ids) + episode.length <= 900

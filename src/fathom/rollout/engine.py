@@ -189,8 +189,11 @@ class RolloutEngine:
             episode.prompt_ids = self.chat.prompt_ids(episode.system, obs.text)
             if self.on_turn is not None:
                 self.on_turn(episode, None)
+            budget = cfg.max_total_tokens  # completion side; the model's window ends an episode the same way
+            if cfg.context_tokens is not None:
+                budget = min(budget, cfg.context_tokens - len(episode.prompt_ids))
             for turn_index in range(cfg.max_turns):
-                room = cfg.max_total_tokens - episode.length
+                room = budget - episode.length
                 if room <= 0:
                     await self._finish(env, episode, "token_budget")
                     break
@@ -217,7 +220,7 @@ class RolloutEngine:
                     await self._finish(env, episode, "max_turns")
                 else:
                     suffix = self.chat.observation_ids(obs.text, gen.finished)
-                    if episode.length + len(suffix) >= cfg.max_total_tokens:
+                    if episode.length + len(suffix) >= budget:
                         await self._finish(env, episode, "token_budget")
                     else:
                         turn.observation_ids = suffix
