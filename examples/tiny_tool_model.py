@@ -4,13 +4,17 @@ The random `tiny-qwen` model (real Qwen2.5 tokenizer) gets TRL's copy of the Qwe
 renders tools, and for which TRL sets a response parser) and is fitted on two episodes of one niah task,
 tokenized exactly as TRL's tool loop builds them: the prompt rendered with TRL's
 ``apply_chat_template(conversation=[prompt], tools=[env.python], add_generation_prompt=True)`` call, the
-assistant's tool call, the tool turn TRL appends, and a closing assistant turn. One episode's cell finds
-the needle (``re.search`` on the key), the other takes the first 7-digit number in the document (a
-distractor). Only the assistant's tokens are fitted, until each episode's summed negative log-likelihood
-is within `SLACK` of ln 2 (the unavoidable coin flip where the two cells diverge). Sampling from it then
-yields a tool call in almost every rollout and both answers within a group, so rewards differ.
+assistant's tool call, the tool turn TRL appends, and a closing assistant turn. Both cells search the
+document for the needle's key; one takes its seven digits (right), the other six (wrong). Only the
+assistant's tokens are fitted, until each episode's summed negative log-likelihood is within `SLACK` of
+ln 2 (the unavoidable coin flip at the one token where the cells differ). Sampling from it then yields a
+tool call in almost every rollout and both answers within a group, so rewards differ.
 
-Not a general tool-calling model: it knows one prompt. Fitting takes a few hundred Adam steps on CPU.
+Why the fit works where fitting on a mean per-token loss did not: the stopping rule bounds the
+probability of sampling the whole fitted episode, not the average token.
+
+Not a general tool-calling model: it knows one prompt (the first message says whether `llm()` exists, so
+a sub-LM changes it). Fitting takes ~100-250 Adam steps on CPU (a couple of minutes on 2 cores).
 """
 
 from __future__ import annotations
