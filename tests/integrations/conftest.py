@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # server_support
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))  # tiny_tool_model
 
 from fathom.tasks import Task, generate_task, write_tasks
 
