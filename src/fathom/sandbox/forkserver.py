@@ -33,8 +33,9 @@ class ForkedTree:
     def poll(self) -> int | None:
         """None while the monitor runs; its exit code is not ours to read (the zygote reaps it), so 0 after."""
         if self.returncode is None and self.pidfd >= 0:
-            readable, _, _ = select.select([self.pidfd], [], [], 0)
-            if readable:
+            poller = select.poll()  # not select(): pidfds go past FD_SETSIZE with hundreds of episodes
+            poller.register(self.pidfd, select.POLLIN)
+            if poller.poll(0):
                 self.returncode = 0
         return self.returncode
 

@@ -134,9 +134,6 @@ def _reap(child: int) -> int:
 def monitor(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zygote_pid: int) -> None:
     """C: from the zygote's child to the worker's three processes. Never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this process waits for its own child
-    _die_with_parent()
-    if os.getppid() != zygote_pid:
-        os._exit(1)
     wcfg = request["cfg"]
     wcfg["fd_in"], wcfg["fd_out"], wcfg["fd_ctl"] = fds
     keep = sorted([*fds, proc_fd])
@@ -152,6 +149,9 @@ def monitor(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zygote_pid:
         os.setresuid(uid, uid, uid)  # from root to uid: every capability is gone
         # the uid change made this process undumpable, which keeps it from writing its own /proc/self maps
         _ok(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE")
+        _die_with_parent()  # only now: a uid change clears the parent-death signal
+        if os.getppid() != zygote_pid:
+            os._exit(1)
         flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
         _ok(libc.unshare(flags | CLONE_NEWCGROUP), "unshare")
         _write_at(proc_fd, "self/uid_map", f"{uid} {uid} 1\n")
@@ -210,6 +210,7 @@ def worker_main(wcfg: dict, alive_r: int) -> None:
         os.setsid()
         gc.enable()
         sys.argv = ["/sbx/worker.py", json.dumps(wcfg)]
+        sys.modules["__main__"] = worker  # as when it runs as a script: nothing of the zygote shows
         worker.main(sys.argv)
         code = 0
     except BaseException:
