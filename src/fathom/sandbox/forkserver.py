@@ -39,6 +39,22 @@ class ForkedTree:
                 self.returncode = 0
         return self.returncode
 
+    async def wait(self, timeout: float) -> None:
+        """Until the monitor has exited (so has the rest of the tree: pid 1 of its namespace went first),
+        or ``timeout`` seconds."""
+        if self.poll() is not None:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        loop.add_reader(self.pidfd, _wake, waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            loop.remove_reader(self.pidfd)
+        self.poll()
+
     def kill(self) -> None:
         if self.pidfd >= 0:
             with contextlib.suppress(ProcessLookupError):

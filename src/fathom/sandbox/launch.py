@@ -426,6 +426,8 @@ class Launcher:
                     os.kill(tree[1], signal.SIGKILL)
             else:
                 worker.proc.kill()
+        if isinstance(worker.proc, ForkedTree):  # one wake-up when its monitor is gone, instead of polling
+            await worker.proc.wait(1.0)
         delay = 0.0005
         for attempt in range(200):  # bounded: ~5 s
             if worker.proc.poll() is not None and not any(_pid_alive(p) for p in tree[1:]):
