@@ -67,7 +67,7 @@ def test_forked_workers_have_their_own_namespaces_uid_and_no_capabilities() -> N
     uids = {tree[-1]["Uid"].split()[0] for tree in trees}
     assert len(uids) == 2 and "0" not in uids
     for tree in trees:
-        assert len(tree) == 3  # monitor, init, worker
+        assert len(tree) == 2  # pid 1 of the namespaces, and the worker
         for proc in tree:  # no process of a tree holds a capability or another uid
             assert {proc[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
                 "0000000000000000"

@@ -4,21 +4,21 @@ Started by the host (as root) as ``python3 -I -S -B zygote.py CONFIG_JSON`` with
 Once, it builds a read-only filesystem view in a mount namespace of its own (the same view bwrap gives a
 worker: /usr, the /lib dirs, the interpreter prefix, /sbx, six device nodes; nothing writable), imports the
 worker and freezes its heap. Then, per request (a worker config and the worker's three fds; no document,
-no episode data ever reaches it), it forks a tree that takes the same steps as setpriv + bwrap:
+no episode data ever reaches it), it takes the steps setpriv + bwrap take, without an exec:
 
-  C (monitor, outside the worker's pid ns): every other fd closed; no groups; setresgid/setresuid to the
-    worker's uid (caps gone); unshare user+mount+pid+net+ipc+uts+cgroup namespaces as that uid (a fresh
-    user namespace per worker, mapping only that uid); no nested user namespaces (max_user_namespaces=0 in
-    it); hostname "sbx"; fresh size-capped tmpfs on /tmp and /work (nosuid, nodev, noexec); it drops its caps
-    and waits for G.
-  G (pid 1 of the new pid ns): dies with C, drops every capability (bounding, ambient), forks W, reaps.
+  G: cloned straight into new user, mount, pid, net, ipc, uts and cgroup namespaces (pid 1 there). This
+    process maps the worker's uid, and only it, into G's user namespace (setgroups denied). G closes every
+    other fd, forbids nested user namespaces (max_user_namespaces=0, what bwrap --disable-userns gives),
+    sets hostname "sbx", mounts fresh size-capped tmpfs on /tmp and /work (nosuid, nodev, noexec), becomes
+    the worker's uid, dies with this process, drops every capability (bounding and ambient too), sets
+    no_new_privs, forks W and reaps.
   W (pid 2): dies with G, new session, then the worker proper: rlimits, no_new_privs, Landlock, seccomp,
     "ready", and only after the host has put it in its cgroup and sent the document, the model's cells.
 
 What a worker shares with the others: the read-only view (the same mounts bwrap binds), and what it
 inherited from this process's memory: imported modules, the str hash seed and the address layout (no
 per-exec ASLR). It holds nothing of any episode. ``random`` reseeds itself in every forked child.
-The replies: {"pid": C's pid} plus C's pidfd, or {"error": why}. It does not talk to workers, decide
+The replies: {"pid": G's pid} plus G's pidfd, or {"error": why}. It does not talk to workers, decide
 limits, or touch cgroups (``launch.py`` does). Linux x86_64/aarch64 only; ``launch.py`` falls back to
 setpriv + bwrap when this process cannot start.
 """
@@ -41,10 +41,17 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 4096, 16384, 1 << 18, 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-SYSCALLS = {"x86_64": {"pivot_root": 155, "capset": 126}, "aarch64": {"pivot_root": 41, "capset": 91}}
+SYSCALLS = {
+    "x86_64": {"pivot_root": 155, "capset": 126, "clone": 56},
+    "aarch64": {"pivot_root": 41, "capset": 91, "clone": 220},
+}
+NAMESPACES = (
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+)
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 NR = SYSCALLS.get(os.uname().machine)
 libc = ctypes.CDLL(None, use_errno=True)
+_pylibc = ctypes.PyDLL(None, use_errno=True)  # holds the GIL: clone() must not run with it released
 
 
 def _ok(ret: int, what: str) -> int:
@@ -131,59 +138,51 @@ def _reap(child: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
-def monitor(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zygote_pid: int) -> None:
-    """C: from the zygote's child to the worker's three processes. Never returns."""
+def clone(flags: int) -> int:
+    """fork(), but the child starts in the new namespaces ``flags`` names (so it is pid 1 of its own pid
+    namespace, with no process between it and this one). Python's own fork bookkeeping runs as in os.fork."""
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    pid = _pylibc.syscall(
+        ctypes.c_long(NR["clone"]), ctypes.c_ulong(flags | signal.SIGCHLD), None, None, None, None
+    )
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return pid
+
+
+def init(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zlive_r: int, go_r: int) -> None:
+    """G, pid 1 of the worker's namespaces (user, mount, pid, net, ipc, uts, cgroup): finishes the jail,
+    becomes the worker's uid with no capabilities, forks the worker (pid 2) and reaps. Never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this process waits for its own child
     wcfg = request["cfg"]
     wcfg["fd_in"], wcfg["fd_out"], wcfg["fd_ctl"] = fds
-    keep = sorted([*fds, proc_fd])
+    keep = sorted([*fds, proc_fd, zlive_r, go_r])
     lo = 3
     for fd in keep:  # everything else (the zygote's socket above all) is closed before anything else runs
         os.closerange(lo, fd)
         lo = fd + 1
     os.closerange(lo, 1 << 20)
     try:
-        uid = request["uid"]
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)  # from root to uid: every capability is gone
-        # the uid change made this process undumpable, which keeps it from writing its own /proc/self maps
-        _ok(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE")
-        _die_with_parent()  # only now: a uid change clears the parent-death signal
-        if os.getppid() != zygote_pid:
+        if os.read(go_r, 1) != b"1":  # the zygote writes this user namespace's maps first
             os._exit(1)
-        flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-        _ok(libc.unshare(flags | CLONE_NEWCGROUP), "unshare")
-        _write_at(proc_fd, "self/uid_map", f"{uid} {uid} 1\n")
-        _write_at(proc_fd, "self/setgroups", "deny")
-        _write_at(proc_fd, "self/gid_map", f"{uid} {uid} 1\n")
+        os.close(go_r)
+        uid = request["uid"]
         _write_at(proc_fd, "sys/user/max_user_namespaces", "0")  # what bwrap --disable-userns gives
         os.close(proc_fd)
         name = b"sbx"
         _ok(libc.sethostname(name, len(name)), "sethostname")
-        size = request["disk_bytes"]
+        size, opts = request["disk_bytes"], f"mode=0755,uid={uid},gid={uid}"
         for path in ("/tmp", "/work"):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={size},mode=0755")
-        alive_r, alive_w = os.pipe()
-        g = os.fork()
-        if g == 0:
-            os.close(alive_w)
-            init(zcfg, wcfg, alive_r)
-        os.close(alive_r)
-        drop_caps(zcfg["last_cap"])
-        _ok(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
-    except BaseException:
-        _report_failure(fds[1])
-        os._exit(1)
-    for fd in fds:
-        os.close(fd)
-    os._exit(_reap(g))
-
-
-def init(zcfg: dict, wcfg: dict, alive_r: int) -> None:
-    """G, pid 1 of the worker's pid namespace: no capabilities, forks the worker, reaps."""
-    try:
-        _die_with_parent(alive_r)
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={size},{opts}")
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _die_with_parent(zlive_r)  # only now: a uid change clears the parent-death signal
         drop_caps(zcfg["last_cap"])
         _ok(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
         alive_r, alive_w = os.pipe()
@@ -195,7 +194,7 @@ def init(zcfg: dict, wcfg: dict, alive_r: int) -> None:
     except BaseException:
         _report_failure(wcfg["fd_out"])
         os._exit(1)
-    for fd in (wcfg["fd_in"], wcfg["fd_out"], wcfg["fd_ctl"]):
+    for fd in fds:
         os.close(fd)  # only the worker holds the pipes: its death is the host's EOF
     os._exit(_reap(w))
 
@@ -227,7 +226,7 @@ def _report_failure(fd_out: int) -> None:
         protocol.write_frame(fd_out, {"op": "failed", "error": traceback.format_exc()[-2000:]})
 
 
-def _reap_monitors(signum: int, frame: object) -> None:
+def _reap_children(signum: int, frame: object) -> None:
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass
@@ -236,8 +235,8 @@ def _reap_monitors(signum: int, frame: object) -> None:
 
 
 def serve(zcfg: dict, sock: socket.socket, proc_fd: int) -> None:
-    zygote_pid = os.getpid()
-    signal.signal(signal.SIGCHLD, _reap_monitors)
+    zlive_r, _zlive_w = os.pipe()  # the write end stays here: EOF on zlive_r means this process is gone
+    signal.signal(signal.SIGCHLD, _reap_children)
     while True:
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         if not msg:
@@ -248,18 +247,28 @@ def serve(zcfg: dict, sock: socket.socket, proc_fd: int) -> None:
             request = json.loads(msg)
             if len(fds) != 3:
                 raise ValueError(f"expected 3 fds, got {len(fds)}")
-            # SIGCHLD is held until the pidfd is open: a monitor that dies at once is not reaped before it
+            uid = int(request["uid"])
+            go_r, go_w = os.pipe()
+            # SIGCHLD is held until the pidfd is open: a tree that dies at once is not reaped before it
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
             try:
-                pid = os.fork()
+                pid = clone(NAMESPACES)
                 if pid == 0:
                     try:
-                        sock.close()
+                        os.close(go_w)
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-                        monitor(zcfg, request, fds, proc_fd, zygote_pid)
+                        init(zcfg, request, fds, proc_fd, zlive_r, go_r)
                     finally:
                         os._exit(1)
-                pidfd = os.pidfd_open(pid)
+                os.close(go_r)
+                try:
+                    pidfd = os.pidfd_open(pid)
+                    _write_at(proc_fd, f"{pid}/uid_map", f"{uid} {uid} 1\n")  # this uid only, as bwrap maps
+                    _write_at(proc_fd, f"{pid}/setgroups", "deny")
+                    _write_at(proc_fd, f"{pid}/gid_map", f"{uid} {uid} 1\n")
+                    os.write(go_w, b"1")
+                finally:
+                    os.close(go_w)  # without the "1", the child exits
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
             reply["pid"] = pid
@@ -282,6 +291,7 @@ def main(argv: list[str]) -> None:
     try:
         if NR is None:
             raise OSError(f"the fork server does not know this arch ({os.uname().machine})")
+        os.setgroups([])  # a worker's user namespace denies setgroups: it must start with none
         proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         with open("/proc/sys/kernel/cap_last_cap") as f:
             zcfg["last_cap"] = int(f.read())
