@@ -23,11 +23,9 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -36,6 +34,14 @@ from fathom.sandbox.cgroup import PREFIX, Cgroup, CgroupRoot
 from fathom.sandbox.channel import Channel
 from fathom.sandbox.config import IsolationError, IsolationReport, MiB, SandboxConfig
 from fathom.sandbox.forkserver import ForkedTree, ForkServer, ForkServerError
+from fathom.sandbox.proctree import (
+    parent_of,
+    pid_alive,
+    process_tree,
+    raise_open_file_limit,
+    sweep_runtime,
+    world_traversable,
+)
 from fathom.sandbox.protocol import ProtocolError
 from fathom.sandbox.uids import UidSlots
 
@@ -44,15 +50,6 @@ log = logging.getLogger("fathom.sandbox")
 WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py", "zygote.py")
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
 IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
-
-
-def raise_open_file_limit(wanted: int = 65536) -> None:
-    """Each live episode holds 3-4 fds on the host (two pipes, the document, a uid lock for standalone
-    sandboxes); the usual soft limit of 1024 is too low for hundreds of episodes. Only ever raises it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 @dataclass
@@ -85,46 +82,6 @@ class Worker:
                 signal.pidfd_send_signal(self.pidfd, sig)
 
 
-def _world_traversable(path: str) -> bool:
-    path = os.path.realpath(path)
-    while True:
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            return False
-        if path == "/":
-            return True
-        path = os.path.dirname(path)
-
-
-def _tree(pid: int) -> list[int]:
-    """pid and its descendants (the worker does not fork, so after "ready" this is stable)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return found
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Launcher:
     """Starts and stops workers for one SandboxPool (or one standalone Sandbox)."""
 
@@ -137,9 +94,9 @@ class Launcher:
         self.mode = self._resolve_mode()
         self.warned = False
         base = config.runtime_dir or tempfile.gettempdir()
-        if not _world_traversable(base):
+        if not world_traversable(base):
             base = "/tmp"
-        _sweep_runtime(base)
+        sweep_runtime(base)
         self.runtime = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
         os.chmod(self.runtime, 0o755)
         self.worker_dir = os.path.join(self.runtime, "worker")
@@ -328,7 +285,7 @@ class Launcher:
             worker.channel.close()
             worker.ctl.close()
             raise
-        worker.pids = _tree(worker.proc.pid)
+        worker.pids = process_tree(worker.proc.pid)
         try:
             worker.pidfd = os.pidfd_open(worker.pids[-1])
         except ProcessLookupError:
@@ -419,9 +376,10 @@ class Launcher:
             worker.pidfd = None
         # Inside out: bwrap's init dies (the kernel then kills the whole namespace) and the monitor, still alive,
         # reaps it and exits. Killing the monitor first would orphan init to PID 1, and not every PID 1 reaps.
-        tree = worker.pids or _tree(worker.proc.pid)
+        # A forked tree is [init, worker]: the worker dies, its init reaps it and exits, the zygote reaps that.
+        tree = worker.pids or process_tree(worker.proc.pid)
         if worker.proc.poll() is None:
-            if len(tree) > 1 and _parent(tree[1]) == worker.proc.pid:
+            if len(tree) > 1 and parent_of(tree[1]) == worker.proc.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(tree[1], signal.SIGKILL)
             else:
@@ -430,7 +388,7 @@ class Launcher:
             await worker.proc.wait(1.0)
         delay = 0.0005
         for attempt in range(200):  # bounded: ~5 s
-            if worker.proc.poll() is not None and not any(_pid_alive(p) for p in tree[1:]):
+            if worker.proc.poll() is not None and not any(pid_alive(p) for p in tree[1:]):
                 break
             if attempt == 40:  # ~1 s: something did not follow; take everything down at once
                 worker.proc.kill()
@@ -468,20 +426,3 @@ class Launcher:
 
 class _EarlyExit(Exception):
     """The worker died before reporting ready (bad flags, missing userns, unreadable interpreter...)."""
-
-
-def _sweep_runtime(base: str) -> None:
-    """Delete runtime directories whose owning host process is gone (crash, SIGKILL)."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(PREFIX):
-            continue
-        try:
-            os.kill(int(name[len(PREFIX) :].split("-")[0]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except (ValueError, PermissionError):
-            pass
