@@ -136,3 +136,32 @@ def test_a_killed_fork_server_takes_its_workers_and_the_launcher_falls_back_to_e
     assert left == []
     assert after.restarted and "died" in after.error
     assert again.stdout == "doc\n" and report.info["spawn"] == "exec" and report.level == "full"
+
+
+def test_concurrent_first_spawns_start_one_fork_server() -> None:
+    from fathom.sandbox.launch import Launcher
+    from fathom.sandbox.proctree import parent_of
+
+    async def go():
+        launcher = Launcher(config("bwrap"))
+        try:
+            workers = await asyncio.gather(*(launcher.spawn() for _ in range(4)))
+            script = os.path.join(launcher.worker_dir, "zygote.py").encode()
+            zygotes = []
+            for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        # the zygote is this process's child; its forks (each worker's tree) carry its argv too
+                        if script in f.read().split(b"\0") and parent_of(int(pid)) == os.getpid():
+                            zygotes.append(int(pid))
+                except OSError:
+                    continue
+            spawns = [w.report.info["spawn"] for w in workers]
+            await asyncio.gather(*(launcher.kill(w) for w in workers))
+            return zygotes, spawns
+        finally:
+            launcher.close()
+
+    zygotes, spawns = run(go())
+    assert spawns == ["fork-server"] * 4
+    assert len(zygotes) == 1

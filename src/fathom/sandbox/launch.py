@@ -122,6 +122,7 @@ class Launcher:
             self.cgroups, self.cgroup_reason = CgroupRoot.find(os.path.basename(self.runtime)[len(PREFIX) :])
         self.spawned = 0
         self.fork_server: ForkServer | None = None
+        self.fork_lock = asyncio.Lock()
         self.fork_reason = "the fork server is used as root in bwrap mode"
         self.use_fork = config.fork_server and self.mode == "bwrap" and self.uids is not None
 
@@ -201,8 +202,9 @@ class Launcher:
             try:
                 return await self._spawn(forked=True)
             except (_EarlyExit, ForkServerError) as e:  # the exec chain gives the same layers, only slower
-                log.warning("the sandbox fork server failed, starting workers by exec from now on: %s", e)
-                self.use_fork, self.fork_reason = False, f"the fork server failed: {e}"
+                if self.use_fork:
+                    log.warning("the sandbox fork server failed, starting workers by exec from now on: %s", e)
+                    self.use_fork, self.fork_reason = False, f"the fork server failed: {e}"
                 if self.fork_server is not None:
                     self.fork_server.close()
                     self.fork_server = None
@@ -219,17 +221,21 @@ class Launcher:
         """The worker's process tree, holding ``fds`` (the caller closes its own copies)."""
         cfg = self._worker_cfg(fds, workdir)
         if forked:
-            if self.fork_server is None:
-                zcfg = {"root": os.path.join(self.runtime, "root"), "worker_dir": self.worker_dir,
-                        **self._view()}  # fmt: skip
-                os.makedirs(zcfg["root"], 0o755, exist_ok=True)
-                script = os.path.join(self.worker_dir, "zygote.py")
-                self.fork_server = await ForkServer.start(
-                    self.config.python, script, zcfg, WORKER_ENV, self.config.start_timeout_s
-                )
+            async with self.fork_lock:  # concurrent first spawns must not start two fork servers
+                if not self.use_fork:
+                    raise ForkServerError(self.fork_reason)
+                if self.fork_server is None:
+                    zcfg = {"root": os.path.join(self.runtime, "root"), "worker_dir": self.worker_dir,
+                            **self._view()}  # fmt: skip
+                    os.makedirs(zcfg["root"], 0o755, exist_ok=True)
+                    script = os.path.join(self.worker_dir, "zygote.py")
+                    self.fork_server = await ForkServer.start(
+                        self.config.python, script, zcfg, WORKER_ENV, self.config.start_timeout_s
+                    )
+                server = self.fork_server
             cfg["ppid"] = 0  # each process of the tree dies with its parent (PR_SET_PDEATHSIG)
             request = {"uid": uid, "cfg": cfg, "disk_bytes": self.config.disk_mb * MiB}
-            return await self.fork_server.fork(request, list(fds), self.config.start_timeout_s), None
+            return await server.fork(request, list(fds), self.config.start_timeout_s), None
         argv = self._argv(uid, cfg)
         try:
             popen = subprocess.Popen(argv, env=WORKER_ENV, cwd="/", stdin=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """The sandbox worker: one per episode, it runs the model's cells in a persistent namespace inside the jail.
 
 Started by the host as ``python3 -I -S -B worker.py CONFIG_JSON`` (stdlib only; ``protocol.py`` and
-``lockdown.py`` sit next to it). In order it: dies with its parent, applies its kernel layers, reports
+``lockdown.py`` sit next to it), or forked by ``zygote.py``, which calls ``main`` with the same argv. In order it: dies with its parent, applies its kernel layers, reports
 ``ready``, waits for ``load`` plus the document's file descriptor (passed over an inherited socket, so the
 worker never needs a path to it and a pre-started worker can take any document), then serves ``exec`` frames.
 
