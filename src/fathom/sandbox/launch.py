@@ -85,7 +85,8 @@ class Worker:
 class Launcher:
     """Starts and stops workers for one SandboxPool (or one standalone Sandbox)."""
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, workers: str = "many") -> None:
+        """``workers="one"`` (a standalone Sandbox): exec each worker, as a fork server would start only once."""
         self.config = config
         raise_open_file_limit()
         self.is_root = os.geteuid() == 0
@@ -125,6 +126,11 @@ class Launcher:
         self.fork_lock = asyncio.Lock()
         self.fork_reason = "the fork server is used as root in bwrap mode"
         self.use_fork = config.fork_server and self.mode == "bwrap" and self.uids is not None
+        if workers == "one":
+            self.use_fork, self.fork_reason = (
+                False,
+                "a standalone sandbox: one exec costs less than a fork server",
+            )
 
     def _resolve_mode(self) -> str:
         mode = self.config.isolation
