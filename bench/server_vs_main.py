@@ -9,6 +9,9 @@ by level (baseline, then this checkout) and the whole sequence runs ``--rounds``
 
 Printed per row: steps/s, server CPU per step and per episode (a reset plus 12 steps), errors (must be 0).
 The last column is this checkout's steps/s divided by the baseline's at the same level and round.
+A second table isolates the reset: ``--resets`` resets in a row per client and no steps (each reset ends
+the client's previous episode), so its server CPU per reset is the reset's whole cost: closing the old
+episode, loading the document into a worker, and starting the worker that refills the pool.
 
     git -C /work/main worktree add /tmp/main-baseline aa67a75
     .venv/bin/python bench/server_vs_main.py --baseline /tmp/main-baseline
@@ -122,6 +125,53 @@ async def drive(url: str, task_ids: list[str], clients: int, episodes: int) -> t
     return counts[0], counts[1], counts[2]
 
 
+async def drive_resets(url: str, task_ids: list[str], clients: int, resets: int) -> tuple[int, int]:
+    """(resets, errors) of ``clients`` connections doing ``resets`` resets in all, no steps."""
+    queue = list(range(resets))
+    counts = [0, 0]
+
+    async def client() -> None:
+        env = FathomEnvClient(url)
+        try:
+            while queue:
+                try:
+                    await env.reset(task_id=task_ids[queue.pop() % len(task_ids)])
+                    counts[0] += 1
+                except Exception as exc:  # a benchmark counts failures instead of stopping at the first
+                    counts[1] += 1
+                    print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            await env.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return counts[0], counts[1]
+
+
+def measure_resets(server: Server, task_ids: list[str], clients: int, resets: int, rnd: int) -> Row:
+    cpu0, t0 = server.cpu_s(), time.perf_counter()
+    done, errors = asyncio.run(drive_resets(server.url, task_ids, clients, resets))
+    wall, cpu = time.perf_counter() - t0, server.cpu_s() - cpu0
+    print(f"{server.name:>9} x{clients:<3} round {rnd}: {done / wall:7.1f} resets/s, "
+          f"{cpu / max(done, 1) * 1e3:6.1f} ms server CPU per reset, errors={errors}", file=sys.stderr)  # fmt: skip
+    return Row(server.name, clients, rnd, done, 0, errors, wall, cpu)
+
+
+def reset_table(rows: list[Row]) -> str:
+    lines = [
+        "| server | clients | round | resets | resets/s | server CPU ms/reset | errors | ms/reset ÷ baseline |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    base = {(r.clients, r.round): r.cpu_s / max(r.episodes, 1) for r in rows if r.name == "baseline"}
+    for r in rows:
+        per = r.cpu_s / max(r.episodes, 1)
+        ratio = f"{per / base[(r.clients, r.round)]:.2f}" if r.name != "baseline" else "—"
+        lines.append(
+            f"| {r.name} | {r.clients} | {r.round} | {r.episodes} | {r.episodes / r.wall_s:.1f} | "
+            f"{per * 1e3:.1f} | {r.errors} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
 def measure(server: Server, task_ids: list[str], clients: int, episodes: int, rnd: int) -> Row:
     cpu0, t0 = server.cpu_s(), time.perf_counter()
     done, steps, errors = asyncio.run(drive(server.url, task_ids, clients, episodes))
@@ -158,10 +208,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--doc-tokens", type=int, default=250_000, help="~4 characters per token: ~1 MB")
     parser.add_argument("--pool", type=int, default=8)
+    parser.add_argument(
+        "--resets", type=int, default=48, help="resets per level of the reset-only table (0: none)"
+    )
+    parser.add_argument("--reset-clients", default="1,16")
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
     tasks = [generate_task("niah", seed, args.doc_tokens) for seed in range(4)]
     rows: list[Row] = []
+    reset_rows: list[Row] = []
+    reset_levels = [int(c) for c in args.reset_clients.split(",")] if args.resets else []
     with tempfile.TemporaryDirectory() as tmp:
         task_file = Path(tmp) / "tasks.jsonl"
         write_tasks(task_file, tasks)
@@ -176,11 +232,19 @@ def main() -> int:
                 for clients in levels:
                     for server in servers:
                         rows.append(measure(server, ids, clients, max(args.episodes, 2 * clients), rnd))
+                for clients in reset_levels:
+                    for server in servers:
+                        reset_rows.append(
+                            measure_resets(server, ids, clients, max(args.resets, 2 * clients), rnd)
+                        )
         finally:
             for server in servers:
                 server.close()
     print(table(rows))
-    return 1 if any(r.errors for r in rows) else 0
+    if reset_rows:
+        print()
+        print(reset_table(reset_rows))
+    return 1 if any(r.errors for r in rows + reset_rows) else 0
 
 
 if __name__ == "__main__":

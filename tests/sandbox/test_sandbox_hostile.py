@@ -1,6 +1,6 @@
 """Hostile code against the sandbox, in every isolation mode this machine supports.
 
-Per mode, every case runs concurrently, each in a fresh episode A started from one pool, while one episode
+Per mode (and bwrap once more with exec'd instead of forked workers), every case runs concurrently, each in a fresh episode A started from one pool, while one episode
 B stays live throughout. For every case we assert: the model got a clear error (or harmless output), the
 host is untouched (no canary file written, the fake secret never seen, no process left behind or started
 outside the worker), A either kept its variables or was restarted and said so, and B is unaffected.
@@ -207,12 +207,15 @@ async def attack(pool: SandboxPool, case: Case, fmt: dict, b_pid: int, sem: asyn
         return Outcome(result, followup, extra, [p for p in pids if pid_alive(p)], recorder.calls)
 
 
-async def run_mode(mode: str) -> ModeRun:
+async def run_mode(run: str) -> ModeRun:
+    """``run`` is a mode, or "bwrap-exec": bwrap mode with each worker exec'd instead of forked."""
+    mode = run.removesuffix("-exec")
     canary_dir = tempfile.mkdtemp(prefix="fathom-canary-")
     os.chmod(canary_dir, 0o777)  # writable by any uid: only the sandbox keeps a worker out
     fmt = {"canary_dir": canary_dir}
     os.environ["FATHOM_FAKE_SECRET"] = SECRET
-    async with SandboxPool(config(mode), size=8, handle_signals=False) as pool:
+    cfg = config(mode, fork_server=not run.endswith("-exec"))
+    async with SandboxPool(cfg, size=8, handle_signals=False) as pool:
         runtime = pool._launcher.runtime
         cgroup_dirs = list((pool._launcher.cgroups.dirs if pool._launcher.cgroups else {}).values())
         b = await pool.start(None, Recorder(), ctx_text=DOC)
@@ -232,9 +235,9 @@ def brief(r: CellResult) -> str:
     return f"stdout={r.stdout[:300]!r} error={(r.error or '')[-600:]!r} timed_out={r.timed_out} restarted={r.restarted}"
 
 
-@pytest.fixture(scope="module", params=MODES)
+@pytest.fixture(scope="module", params=(*MODES, "bwrap-exec"))
 def mode_run(request: pytest.FixtureRequest) -> Iterator[ModeRun]:
-    reason = mode_supported(request.param)
+    reason = mode_supported(request.param.removesuffix("-exec"))
     if reason is not None:
         pytest.skip(f"{request.param} not supported here: {reason}")
     result = asyncio.run(run_mode(request.param))

@@ -28,6 +28,7 @@ async def main(mode, how):
     await sandboxes[0].execute("x = 1")
     await pool.wait_ready()
     pids = [p for s in [*sandboxes, solo] for p in s.processes] + [p for w in pool._ready for p in w.pids]
+    pids += [l.fork_server.popen.pid for l in (pool._launcher, solo._launcher) if l.fork_server]
     cgroups = [d for l in (pool._launcher, solo._launcher) if l.cgroups for d in l.cgroups.dirs.values()]
     runtimes = [pool._launcher.runtime, solo._launcher.runtime]
     print(json.dumps({{"pids": pids, "runtimes": runtimes, "cgroups": cgroups}}), flush=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 MiB = 1 << 20
 
-# Every isolation layer, strongest-first in spirit. "bwrap": user/pid/net/ipc/uts/mount namespaces with a minimal
-# read-only filesystem view and size-capped tmpfs; "uid": a dedicated unprivileged uid per worker (host is
+# Every isolation layer, strongest-first in spirit. "bwrap": user/pid/net/ipc/uts/mount/cgroup namespaces with a
+# minimal read-only filesystem view and size-capped tmpfs, made by bubblewrap or by the fork server's same steps; "uid": a dedicated unprivileged uid per worker (host is
 # root); "rlimits": address space, CPU, file size, open files, no core; "no_new_privs": also no ptrace
 # attach or core dumps; "landlock": filesystem allowlist, no TCP, signals and abstract sockets scoped;
 # "seccomp": no exec/fork/threads/sockets/ptrace/mount/...; "cgroup": memory, pids and CPU limits.
@@ -49,6 +49,8 @@ class SandboxConfig:
     min_isolation: tuple[str, ...] = ("rlimits", "no_new_privs", "seccomp", "landlock|bwrap")
     python: str = "/usr/bin/python3"  # the worker's interpreter: must be readable by the sandbox uid
     uid_base: int = 2_100_000_000  # per-worker uids are uid_base + [0, 65536) when the host runs as root
+    # As root in bwrap mode: fork workers from a fork server (same layers, no exec per worker); False: exec each
+    fork_server: bool = True
     runtime_dir: str | None = None  # where worker files, cgroups tags and work dirs go (default: a temp dir)
 
     def __post_init__(self) -> None:

@@ -113,7 +113,7 @@ class Sandbox:
         ctx_text: str | None = None,
     ) -> Sandbox:
         """Start a worker for this document (a file, or ``ctx_text`` kept in memory) and load it as ``ctx``."""
-        launcher = Launcher(config or SandboxConfig())
+        launcher = Launcher(config or SandboxConfig(), workers="one")
 
         async def close_launcher(_: Sandbox) -> None:
             launcher.close()

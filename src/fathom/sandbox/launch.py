@@ -7,9 +7,13 @@ checks them against the configured floor; ``kill`` tears one down and waits unti
 It does not load documents or run cells (``host.py`` does), and it never reads anything from a worker but
 frames through ``Channel``.
 
-Spawn chain, as root: ``setpriv`` (drop to uid_base+k, no groups, no caps) -> ``bwrap`` (unprivileged, user
-namespace, --die-with-parent) -> ``python3 -I -S -B worker.py``. ``subprocess`` can then use vfork, so a
-multi-GB trainer does not pay a fork per worker, and no ``preexec_fn`` runs in a threaded host.
+Two ways to start one. As root in bwrap mode (and ``SandboxConfig.fork_server``), a fork server
+(``zygote.py``, one per launcher) forks the worker's tree and takes bwrap's steps itself, without an exec:
+a start then costs a few forks instead of three execs and the worker's imports. Otherwise, and whenever
+the fork server cannot start, the exec chain: ``setpriv`` (drop to uid_base+k, no groups, no caps) ->
+``bwrap`` (unprivileged, user namespace, --die-with-parent) -> ``python3 -I -S -B worker.py``.
+``subprocess`` can then use vfork, so a multi-GB trainer does not pay a fork per worker, and no
+``preexec_fn`` runs in a threaded host. Either way the worker applies the same in-worker layers.
 """
 
 from __future__ import annotations
@@ -19,11 +23,9 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -31,30 +33,32 @@ from dataclasses import dataclass, field
 from fathom.sandbox.cgroup import PREFIX, Cgroup, CgroupRoot
 from fathom.sandbox.channel import Channel
 from fathom.sandbox.config import IsolationError, IsolationReport, MiB, SandboxConfig
+from fathom.sandbox.forkserver import ForkedTree, ForkServer, ForkServerError
+from fathom.sandbox.proctree import (
+    parent_of,
+    pid_alive,
+    process_tree,
+    raise_open_file_limit,
+    sweep_runtime,
+    world_traversable,
+)
 from fathom.sandbox.protocol import ProtocolError
 from fathom.sandbox.uids import UidSlots
 
 log = logging.getLogger("fathom.sandbox")
 
-WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py")
+WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py", "zygote.py")
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
 IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
-
-
-def raise_open_file_limit(wanted: int = 65536) -> None:
-    """Each live episode holds 3-4 fds on the host (two pipes, the document, a uid lock for standalone
-    sandboxes); the usual soft limit of 1024 is too low for hundreds of episodes. Only ever raises it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 @dataclass
 class Worker:
     """One started worker process tree, ready for a document."""
 
-    popen: subprocess.Popen
+    proc: (
+        subprocess.Popen | ForkedTree
+    )  # the tree's top: setpriv/bwrap's monitor, or the fork server's monitor
     channel: Channel
     ctl: socket.socket  # host end of the socket that passes the document's fd
     report: IsolationReport
@@ -78,50 +82,11 @@ class Worker:
                 signal.pidfd_send_signal(self.pidfd, sig)
 
 
-def _world_traversable(path: str) -> bool:
-    path = os.path.realpath(path)
-    while True:
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            return False
-        if path == "/":
-            return True
-        path = os.path.dirname(path)
-
-
-def _tree(pid: int) -> list[int]:
-    """pid and its descendants (the worker does not fork, so after "ready" this is stable)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return found
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Launcher:
     """Starts and stops workers for one SandboxPool (or one standalone Sandbox)."""
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, workers: str = "many") -> None:
+        """``workers="one"`` (a standalone Sandbox): exec each worker, as a fork server would start only once."""
         self.config = config
         raise_open_file_limit()
         self.is_root = os.geteuid() == 0
@@ -130,9 +95,9 @@ class Launcher:
         self.mode = self._resolve_mode()
         self.warned = False
         base = config.runtime_dir or tempfile.gettempdir()
-        if not _world_traversable(base):
+        if not world_traversable(base):
             base = "/tmp"
-        _sweep_runtime(base)
+        sweep_runtime(base)
         self.runtime = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
         os.chmod(self.runtime, 0o755)
         self.worker_dir = os.path.join(self.runtime, "worker")
@@ -157,6 +122,15 @@ class Launcher:
         if self.mode != "unsafe-dev":
             self.cgroups, self.cgroup_reason = CgroupRoot.find(os.path.basename(self.runtime)[len(PREFIX) :])
         self.spawned = 0
+        self.fork_server: ForkServer | None = None
+        self.fork_lock = asyncio.Lock()
+        self.fork_reason = "the fork server is used as root in bwrap mode"
+        self.use_fork = config.fork_server and self.mode == "bwrap" and self.uids is not None
+        if workers == "one":
+            self.use_fork, self.fork_reason = (
+                False,
+                "a standalone sandbox: one exec costs less than a fork server",
+            )
 
     def _resolve_mode(self) -> str:
         mode = self.config.isolation
@@ -180,19 +154,28 @@ class Launcher:
             size = str(cfg.disk_mb * MiB)
             argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                      "--new-session", "--cap-drop", "ALL", "--hostname", "sbx", "--dev", "/dev",
-                     "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/work", "--chdir", "/work",
-                     "--ro-bind", "/usr", "/usr"]  # fmt: skip
-            for top in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
-                if os.path.islink(top):
-                    argv += ["--symlink", os.readlink(top), top]
-                elif os.path.isdir(top):
-                    argv += ["--ro-bind", top, top]
-            prefix = os.path.dirname(os.path.dirname(os.path.realpath(cfg.python)))
-            if not prefix.startswith("/usr"):
-                argv += ["--ro-bind", prefix, prefix]
+                     "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/work", "--chdir", "/work"]  # fmt: skip
+            view = self._view()
+            for top in view["dirs"]:
+                argv += ["--ro-bind", top, top]
+            for top, dest in view["symlinks"].items():
+                argv += ["--symlink", dest, top]
             argv += ["--ro-bind", self.worker_dir, "/sbx"]
             worker = "/sbx/worker.py"
         return [*argv, cfg.python, "-I", "-S", "-B", worker, json.dumps(worker_cfg)]
+
+    def _view(self) -> dict:
+        """The host paths a bwrap-mode worker sees, read-only: {"dirs": [...], "symlinks": {path: target}}."""
+        dirs, links = ["/usr"], {}
+        for top in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
+            if os.path.islink(top):
+                links[top] = os.readlink(top)
+            elif os.path.isdir(top):
+                dirs.append(top)
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.config.python)))
+        if not prefix.startswith("/usr"):
+            dirs.append(prefix)
+        return {"dirs": dirs, "symlinks": links}
 
     def _worker_cfg(self, fds: tuple[int, int, int], workdir: str) -> dict:
         cfg = self.config
@@ -221,6 +204,16 @@ class Launcher:
     # ---- spawn / kill ---------------------------------------------------------------------------------
     async def spawn(self) -> Worker:
         """A started, ready, floor-checked worker. Raises IsolationError when that is impossible."""
+        if self.use_fork:
+            try:
+                return await self._spawn(forked=True)
+            except (_EarlyExit, ForkServerError) as e:  # the exec chain gives the same layers, only slower
+                if self.use_fork:
+                    log.warning("the sandbox fork server failed, starting workers by exec from now on: %s", e)
+                    self.use_fork, self.fork_reason = False, f"the fork server failed: {e}"
+                if self.fork_server is not None:
+                    self.fork_server.close()
+                    self.fork_server = None
         try:
             return await self._spawn()
         except _EarlyExit as e:
@@ -230,7 +223,35 @@ class Launcher:
             self.mode = "plain"
             return await self._spawn()
 
-    async def _spawn(self) -> Worker:
+    async def _start(self, uid: int | None, fds: tuple[int, int, int], workdir: str, forked: bool):
+        """The worker's process tree, holding ``fds`` (the caller closes its own copies)."""
+        cfg = self._worker_cfg(fds, workdir)
+        if forked:
+            async with self.fork_lock:  # concurrent first spawns must not start two fork servers
+                if not self.use_fork:
+                    raise ForkServerError(self.fork_reason)
+                if self.fork_server is None:
+                    zcfg = {"root": os.path.join(self.runtime, "root"), "worker_dir": self.worker_dir,
+                            **self._view()}  # fmt: skip
+                    os.makedirs(zcfg["root"], 0o755, exist_ok=True)
+                    script = os.path.join(self.worker_dir, "zygote.py")
+                    self.fork_server = await ForkServer.start(
+                        self.config.python, script, zcfg, WORKER_ENV, self.config.start_timeout_s
+                    )
+                server = self.fork_server
+            cfg["ppid"] = 0  # each process of the tree dies with its parent (PR_SET_PDEATHSIG)
+            request = {"uid": uid, "cfg": cfg, "disk_bytes": self.config.disk_mb * MiB}
+            return await server.fork(request, list(fds), self.config.start_timeout_s), None
+        argv = self._argv(uid, cfg)
+        try:
+            popen = subprocess.Popen(argv, env=WORKER_ENV, cwd="/", stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=fds,
+                                     start_new_session=True)  # fmt: skip
+        except OSError as e:
+            raise IsolationError(f"cannot start the sandbox worker: {e}") from None
+        return popen, argv
+
+    async def _spawn(self, forked: bool = False) -> Worker:
         uid = self.uids.claim() if self.uids is not None else None
         self.spawned += 1
         seq, workdir = self.spawned, self.empty_dir
@@ -241,18 +262,15 @@ class Launcher:
         w2h_r, w2h_w = os.pipe2(os.O_CLOEXEC)
         ctl, ctl_worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = (h2w_r, w2h_w, ctl_worker.fileno())
-        argv = self._argv(uid, self._worker_cfg(fds, workdir))
         try:
-            popen = subprocess.Popen(argv, env=WORKER_ENV, cwd="/", stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=fds,
-                                     start_new_session=True)  # fmt: skip
-        except OSError as e:
+            proc, argv = await self._start(uid, fds, workdir, forked)
+        except BaseException:
             for fd in (h2w_w, w2h_r):
                 os.close(fd)
             ctl.close()
             if uid is not None and self.uids is not None:
                 self.uids.release(uid)
-            raise IsolationError(f"cannot start the sandbox worker: {e}") from None
+            raise
         finally:
             os.close(h2w_r)
             os.close(w2h_w)
@@ -260,24 +278,26 @@ class Launcher:
         channel = await Channel.open(w2h_r, h2w_w, self.config.max_frame_bytes)
         report = IsolationReport(self.mode, ())
         worker = Worker(
-            popen, channel, ctl, report, uid, seq, workdir=workdir if self.mode == "unsafe-dev" else None
+            proc, channel, ctl, report, uid, seq, workdir=workdir if self.mode == "unsafe-dev" else None
         )
         try:
             ready = await channel.recv(self.config.start_timeout_s)
+            if ready.get("op") == "failed":  # the fork server's tree could not set itself up
+                raise ProtocolError(str(ready.get("error"))[-2000:])
         except (EOFError, ProtocolError) as e:
             await self.kill(worker)
-            raise _EarlyExit(self._diagnose(argv) or str(e)) from None
+            raise _EarlyExit((argv and self._diagnose(argv)) or str(e)) from None
         except TimeoutError:
             await self.kill(worker)
             raise IsolationError(
                 f"the sandbox worker was not ready within {self.config.start_timeout_s} s"
             ) from None
         except BaseException:  # cancelled: no awaiting now; the uid stays claimed, subprocess reaps later
-            worker.popen.kill()
+            worker.proc.kill()
             worker.channel.close()
             worker.ctl.close()
             raise
-        worker.pids = _tree(worker.popen.pid)
+        worker.pids = process_tree(worker.proc.pid)
         try:
             worker.pidfd = os.pidfd_open(worker.pids[-1])
         except ProcessLookupError:
@@ -329,6 +349,7 @@ class Launcher:
             host.append("uid")
         else:
             missing["uid"] = self.uid_reason
+        info["spawn"] = "fork-server" if isinstance(worker.proc, ForkedTree) else "exec"
         if worker.cgroup is not None:
             host.append("cgroup")
             info["cgroup"] = f"v{worker.cgroup.version}"
@@ -367,19 +388,22 @@ class Launcher:
             worker.pidfd = None
         # Inside out: bwrap's init dies (the kernel then kills the whole namespace) and the monitor, still alive,
         # reaps it and exits. Killing the monitor first would orphan init to PID 1, and not every PID 1 reaps.
-        tree = worker.pids or _tree(worker.popen.pid)
-        if worker.popen.poll() is None:
-            if len(tree) > 1 and _parent(tree[1]) == worker.popen.pid:
+        # A forked tree is [init, worker]: the worker dies, its init reaps it and exits, the zygote reaps that.
+        tree = worker.pids or process_tree(worker.proc.pid)
+        if worker.proc.poll() is None:
+            if len(tree) > 1 and parent_of(tree[1]) == worker.proc.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(tree[1], signal.SIGKILL)
             else:
-                worker.popen.kill()
+                worker.proc.kill()
+        if isinstance(worker.proc, ForkedTree):  # one wake-up when its monitor is gone, instead of polling
+            await worker.proc.wait(1.0)
         delay = 0.0005
         for attempt in range(200):  # bounded: ~5 s
-            if worker.popen.poll() is not None and not any(_pid_alive(p) for p in tree[1:]):
+            if worker.proc.poll() is not None and not any(pid_alive(p) for p in tree[1:]):
                 break
             if attempt == 40:  # ~1 s: something did not follow; take everything down at once
-                worker.popen.kill()
+                worker.proc.kill()
                 if worker.cgroup is not None:
                     worker.cgroup.kill_all()
             await asyncio.sleep(delay)
@@ -394,12 +418,17 @@ class Launcher:
         if worker.workdir is not None:
             shutil.rmtree(worker.workdir, ignore_errors=True)
             worker.workdir = None
+        if isinstance(worker.proc, ForkedTree):
+            worker.proc.close()
         if worker.uid is not None and self.uids is not None:
             self.uids.release(worker.uid)
             worker.uid = None
 
     def close(self) -> None:
-        """Remove the runtime directory and cgroup root; the caller kills its workers first."""
+        """Stop the fork server, remove the runtime directory and cgroup root; the caller kills workers first."""
+        if self.fork_server is not None:
+            self.fork_server.close()
+            self.fork_server = None
         if self.cgroups is not None:
             self.cgroups.remove()
         if self.uids is not None:
@@ -409,20 +438,3 @@ class Launcher:
 
 class _EarlyExit(Exception):
     """The worker died before reporting ready (bad flags, missing userns, unreadable interpreter...)."""
-
-
-def _sweep_runtime(base: str) -> None:
-    """Delete runtime directories whose owning host process is gone (crash, SIGKILL)."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(PREFIX):
-            continue
-        try:
-            os.kill(int(name[len(PREFIX) :].split("-")[0]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except (ValueError, PermissionError):
-            pass

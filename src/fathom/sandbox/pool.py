@@ -101,7 +101,7 @@ class SandboxPool:
         assert self._launcher is not None
         while self._ready:
             worker = self._ready.popleft()
-            if worker.popen.poll() is None and worker.channel.alive:
+            if worker.proc.poll() is None and worker.channel.alive:
                 if refill:
                     self._refill()
                 return worker
@@ -168,8 +168,8 @@ class SandboxPool:
         """Kill everything synchronously, then die of the signal as the host would have."""
         workers = list(self._ready) + [s._worker for s in self._live if s._worker is not None]
         for worker in workers:
-            if worker.popen.poll() is None:
-                worker.popen.kill()
+            if worker.proc.poll() is None:
+                worker.proc.kill()
             if worker.cgroup is not None:
                 worker.cgroup.kill_all()
         if self._launcher is not None:

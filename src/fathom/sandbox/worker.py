@@ -1,7 +1,7 @@
 """The sandbox worker: one per episode, it runs the model's cells in a persistent namespace inside the jail.
 
 Started by the host as ``python3 -I -S -B worker.py CONFIG_JSON`` (stdlib only; ``protocol.py`` and
-``lockdown.py`` sit next to it). In order it: dies with its parent, applies its kernel layers, reports
+``lockdown.py`` sit next to it), or forked by ``zygote.py``, which calls ``main`` with the same argv. In order it: dies with its parent, applies its kernel layers, reports
 ``ready``, waits for ``load`` plus the document's file descriptor (passed over an inherited socket, so the
 worker never needs a path to it and a pre-started worker can take any document), then serves ``exec`` frames.
 
@@ -23,6 +23,7 @@ sys.path.insert(0, HERE)  # -I leaves the script's directory off sys.path
 import builtins  # noqa: E402
 import json  # noqa: E402
 import linecache  # noqa: E402
+import mmap  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
@@ -288,15 +289,15 @@ def receive_ctx(ctl_fd: int) -> tuple[str, int]:
     if len(fds) != 1:
         raise protocol.ProtocolError("no document descriptor received")
     fd = fds[0]
-    size, offset, chunks = os.fstat(fd).st_size, 0, []
-    while offset < size:
-        chunk = os.pread(fd, min(size - offset, 1 << 30), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace"), offset
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return "", 0
+        # Decoded straight from the page cache: no second copy of the document in this process.
+        with mmap.mmap(fd, size, mmap.MAP_SHARED | mmap.MAP_POPULATE, mmap.PROT_READ) as view:
+            return str(view, "utf-8", "replace"), size
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> None:
