@@ -254,7 +254,10 @@ async def test_hook_after_step_cannot_grow_host_memory() -> None:
             await asyncio.sleep(5)  # the hook writes while the host waits for the next cell
             after = await sandbox.execute("print(1)")
         assert rss.growth < 50 * MiB, f"host RSS grew by {rss.growth / MiB:.0f} MiB"
-        assert after.restarted and "ProtocolViolation" in after.error
+        # What the model is told is `test_frames_after_the_result_restart_the_worker`'s to check: with 1 MiB
+        # frames the violation is caught in some runs and not yet in others (the hook can block in its first
+        # write before the worker is stopped); the host keeps nothing of them either way, and goes on.
+        assert after.stdout == "1\n" or after.restarted
 
 
 @pytest.mark.slow
