@@ -61,6 +61,11 @@ class _Pending:
     future: asyncio.Future[Generation]
 
 
+def _batch_key(p: _Pending) -> tuple[Sampling, bool]:
+    """Requests that may share a batch: one sampling setup (whatever each row's budget) and adapter state."""
+    return replace(p.sampling, max_new_tokens=0), p.adapter
+
+
 class BatchingService:
     """A batch backend behind per-request calls; a batch goes out whenever the backend is free.
 
@@ -94,8 +99,8 @@ class BatchingService:
         await asyncio.sleep(0)  # let every request that is ready this tick join the first batch
         while self._pending:
             head = self._pending[0]
-            key = (replace(head.sampling, max_new_tokens=0), head.adapter)
-            batch = [p for p in self._pending if (replace(p.sampling, max_new_tokens=0), p.adapter) == key]
+            key = _batch_key(head)
+            batch = [p for p in self._pending if _batch_key(p) == key]
             batch = batch[: self.max_batch]
             # A fixed row order for a given set of prompts: sampled rows then draw the same random numbers
             # whatever order their episodes became ready in (rows with equal prompts are interchangeable).

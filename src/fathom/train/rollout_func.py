@@ -155,7 +155,7 @@ class FathomRollout:
             if uses_vllm(trainer):
                 # vLLM holds the merged policy; adapter-off llm() calls (sub_lm = "base") read with HF generate
                 service = vllm_service(trainer.vllm_generation.llm, base=hf if reader == "base" else None)
-                sampling = Sampling(**{**sampling.__dict__, "logprobs": True})
+                sampling = replace(sampling, logprobs=True)
             # Turn-synchronous batches where samples must be reproducible (HF generate; lockstep ranks)
             sync = (
                 r.batching == "turns" or (r.batching == "auto" and not uses_vllm(trainer)) or bool(lockstep)
