@@ -301,11 +301,24 @@ class SFTConfig:
     # Reader-role rows (an llm() prompt with its chunk -> the scripted reader's answer) mixed in: this many
     # per trained transcript (0 = none). Only the scripted sources (teacher, expert) record reader calls.
     reader_ratio: float = 0.5
+    # When to stop (`fathom.train.sft_stopping`): this fraction of the trained transcripts (whole tasks) is held
+    # out and scored every `eval_every` optimizer steps (0 = once an epoch); the weights of the best held-out
+    # loss are kept, and training stops after `patience` evaluations without improvement or when the
+    # held-out policy entropy falls under `entropy_floor` nats a token. holdout = 0: train every epoch.
+    holdout: float = 0.0
+    eval_every: int = 0
+    patience: int = 2
+    entropy_floor: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
         if self.reader_ratio < 0:
             raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
+        if not 0 <= self.holdout < 1:
+            raise ConfigError(f"sft.holdout must be in [0, 1), got {self.holdout}")
+        if self.patience < 1:
+            raise ConfigError(f"sft.patience must be >= 1, got {self.patience}")
+        _positive("sft", self, "eval_every", "entropy_floor", allow_zero=True)
         if self.source == "openai" and not (self.teacher_url and self.teacher_model):
             raise ConfigError("sft.source = 'openai' needs sft.teacher_url and sft.teacher_model")
         if self.source == "file" and not self.transcripts:

@@ -14,7 +14,11 @@
    trained transcript become reader-role rows (`fathom.train.reader_sft`).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
-3. The assistant-token loss on (the first 64 of) the training transcripts before and after, in
+3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
+   runs; `fathom.train.sft_stopping` keeps the best held-out loss and stops on no improvement or when the
+   held-out policy entropy falls under ``sft.entropy_floor`` (memorised transcripts leave GRPO nothing to
+   explore).
+4. The assistant-token loss on (the first 64 of) the training transcripts before and after, in
    ``RUN/summary.json``; the adapter (or full model) and a merged 16-bit model in ``RUN/final``: the
    starting point of `fathom grpo` (``--model.init_from=RUN/final/adapter``).
 
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,7 @@ from fathom.train.cli import add_config_arguments, config_from_args
 from fathom.train.config import TrainConfig
 from fathom.train.configfile import dump_toml
 from fathom.train.runlog import JsonlWriter, read_jsonl, report_to
+from fathom.train.sft_stopping import HeldoutStopping
 
 BATCH = 16  # episodes in flight at once while collecting
 LOSS_PROBE = 64  # transcripts the before/after assistant loss is measured on
@@ -122,6 +129,22 @@ def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
     return {"input_ids": prompt + completion, "assistant_masks": [0] * len(prompt) + list(mask)}
 
 
+def split_heldout(
+    records: list[dict[str, Any]], fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(trained, held out): `fraction` of the transcripts, whole tasks, drawn with `seed`; at least one of
+    each when there are two or more and the fraction is above zero."""
+    if fraction <= 0 or len(records) < 2:
+        return list(records), []
+    order = sorted(range(len(records)), key=lambda i: records[i]["task_id"])
+    random.Random(seed).shuffle(order)
+    n = min(len(records) - 1, max(1, round(fraction * len(records))))
+    held = set(order[:n])
+    return [r for i, r in enumerate(records) if i not in held], [
+        r for i, r in enumerate(records) if i in held
+    ]
+
+
 def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> list[dict[str, list[int]]]:
     """``sft.reader_ratio`` reader-role rows per trained transcript, from ``RUN/reader_calls.jsonl``."""
     from fathom.models import load_tokenizer
@@ -191,19 +214,22 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     collect_s = time.perf_counter() - started
     # An ungrounded teacher transcript searched for something it had not seen: never trained on.
     ungrounded = sum(not r.get("grounding", {"ok": True})["ok"] for r in records)
-    examples = [
-        to_example(r)
+    usable = [
+        r
         for r in records
         if r["correct"]
         and r.get("grounding", {"ok": True})["ok"]
         and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
     ]
+    trained, heldout = split_heldout(usable, s.holdout, s.seed)
+    examples = [to_example(r) for r in trained]
     transcript_examples = len(examples)
     examples += reader_rows(config, run_dir, transcript_examples)
     if not examples:
         raise RuntimeError(
             f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
         )
+    heldout_examples = [to_example(r) for r in heldout]
 
     set_seed(config.run.seed)
     model, tokenizer = load_policy(config.model, device)
@@ -220,8 +246,15 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
             if logs is not None and state.is_world_process_zero:
                 metrics.write({"step": state.global_step, "time": time.time(), **logs})
 
+    evaluating = bool(heldout_examples)
+    per_epoch = math.ceil(
+        len(examples) / (s.per_device_train_batch_size * s.gradient_accumulation_steps * dist.num_processes)
+    )
     args = TRLSFTConfig(
         output_dir=str(run_dir),
+        eval_strategy="steps" if evaluating else "no",
+        eval_steps=(s.eval_every or per_epoch) if evaluating else None,
+        per_device_eval_batch_size=s.per_device_train_batch_size,
         num_train_epochs=s.epochs,
         learning_rate=s.learning_rate,
         per_device_train_batch_size=s.per_device_train_batch_size,
@@ -238,14 +271,22 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         gradient_checkpointing=config.model.gradient_checkpointing,
         seed=config.run.seed,
     )
+    stopping = HeldoutStopping(model, s.patience, s.entropy_floor) if evaluating else None
     trainer = SFTTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(examples),
+        eval_dataset=Dataset.from_list(heldout_examples) if evaluating else None,
         processing_class=tokenizer,
-        callbacks=[LogToJsonl()],
+        callbacks=[LogToJsonl(), *([stopping] if stopping else [])],
     )
     result = trainer.train()
+    if stopping is not None:
+        if stopping.record.stopped_at is None:  # the last steps since the last evaluation are judged too
+            last = stopping.record.evaluations[-1].step if stopping.record.evaluations else -1
+            if last != trainer.state.global_step:
+                trainer.evaluate()
+        stopping.restore_best()
     loss_after = assistant_loss(model, probe)
     exported: dict[str, str] = {}
     if dist.is_main_process:
@@ -263,12 +304,15 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "correct": sum(r["correct"] for r in records),
         "ungrounded": ungrounded,
         "trained_on": transcript_examples,
+        "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,
         "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
         "collect_s": round(collect_s, 2),
         "train_loss": result.training_loss,
         "assistant_loss_before": loss_before,
         "assistant_loss_after": loss_after,
+        "heldout_loss_after": assistant_loss(model, heldout_examples[:LOSS_PROBE]) if evaluating else None,
+        "stopping": stopping.record.summary() if stopping else None,
         "exported": exported,
     }
     if dist.is_main_process:
