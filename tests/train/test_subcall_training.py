@@ -158,3 +158,36 @@ def test_a_whole_step_trains_and_logs_the_subcall_rows(tmp_path):
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)  # (LoRA's B starts at 0)
     (row,) = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "loss" in r]
     assert row["subcalls/rows"] == 3.0 and row["subcalls/dropped"] == 1.0 and row["subcalls/tokens"] > 0
+
+
+@pytest.mark.slow  # four episodes and eight rows: ~50 s on 2 shared cores
+def test_old_logps_and_padding_rows_under_several_passes_and_accumulation(tmp_path):
+    # two passes over each generation batch: TRL keeps old log-probs, and the sub-call rows need theirs;
+    # two accumulation steps: the rows are cut in two chunks, so 3 sub-call rows get one padding row
+    run = build(
+        tmp_path,
+        "--grpo.num_iterations=2",
+        "--grpo.gradient_accumulation_steps=2",
+        "--rollout.max_subcall_rows=3",
+    )
+    trainer = run.trainer
+    trainer.model.train()
+    inputs = [{"prompt": slot_prompt(i // 2)} for i in range(4)]
+    batch = trainer._generate_and_score_completions(inputs)
+    assert batch["prompt_ids"].shape[0] == 8  # 4 episodes + 3 sub-calls + 1 padding row
+    assert batch["completion_mask"][7].sum() == 0 and batch["advantages"][7] == 0
+    assert batch["prompt_mask"][7].sum() == 1  # one attended pad token: no all-masked row
+    # round-robin under the cap: the first sub-call of episodes 0, 1, 2
+    for row, episode in ((4, 0), (5, 1), (6, 2)):
+        assert batch["advantages"][row] == batch["advantages"][episode]
+    # old log-probs, every row (episode rows computed by TRL before the batch was widened, sub-call rows by
+    # us after): the log-probs of the widened batch under the same weights
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        fresh, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attention, batch["completion_ids"].size(1), batch_size=2
+        )
+    trained = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    assert trained[4:7].any(dim=1).all()
+    torch.testing.assert_close(batch["old_per_token_logps"][trained], fresh[trained], atol=1e-4, rtol=0)
