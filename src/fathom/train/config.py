@@ -103,10 +103,16 @@ class RolloutSection:
     cell_soft_timeout_s: float = 10.0
     cell_hard_timeout_s: float = 15.0
     lockstep: str = "auto"  # every rank makes the same number of generate calls: auto (FSDP) | on | off
+    # Train the policy's own llm() answers as sequences of their own, each with its episode's advantage
+    # (`fathom.train.subcall_rows`); they are then sampled like turns (rollout temperature), not greedily
+    train_subcalls: bool = False
+    # per rank and generation batch; 0 = as many as its episode rows. Over it, whole sub-calls are dropped
+    # round-robin (each episode keeps its first ones first)
+    max_subcall_rows: int = 0
 
     def __post_init__(self) -> None:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
-        _positive("rollout", self, "temperature", "top_k", allow_zero=True)
+        _positive("rollout", self, "temperature", "top_k", "max_subcall_rows", allow_zero=True)
         _one_of("rollout", "generation_mode", self.generation_mode, ("auto", "vllm", *MODES))
         _one_of("rollout", "batching", self.batching, ("auto", "continuous", "turns"))
         if not 0 < self.vllm_gpu_memory_utilization < 1:
@@ -121,6 +127,11 @@ class RolloutSection:
             raise ConfigError("need 0 < rollout.cell_soft_timeout_s < rollout.cell_hard_timeout_s")
         if not 0 <= self.max_depth <= 4:
             raise ConfigError(f"rollout.max_depth must be in 0..4 (got {self.max_depth})")
+        if self.train_subcalls and self.sub_lm != "policy":
+            raise ConfigError(
+                f"rollout.train_subcalls needs rollout.sub_lm = 'policy' (got {self.sub_lm!r}): only the "
+                "policy's own llm() answers can be trained"
+            )
 
 
 @dataclass(frozen=True)
@@ -354,6 +365,11 @@ class TrainConfig:
         if self.rollout.sub_lm == "base" and not self.model.lora:
             raise ConfigError(
                 "rollout.sub_lm = 'base' (adapters off for llm()) needs a LoRA policy: model.lora = true"
+            )
+        if self.rollout.train_subcalls and self.grpo.beta != 0:
+            raise ConfigError(
+                "rollout.train_subcalls with grpo.beta != 0 is not supported: the sub-call rows would need "
+                "reference log-probs of their own"
             )
         # A correct answer carrying the largest penalty must still beat any wrong one.
         least_correct = (

@@ -4,8 +4,9 @@
 
 `build_grpo(config)` assembles a run: the policy (`policy`), the slot dataset and task source
 (`tasksource`), the rollout function and reward (`rollout_func`), the recipe callback (`callbacks`) and
-`FathomGRPOTrainer`, whose only change to TRL is how a checkpoint is written: atomically (`checkpoint`),
-with the recipe state and the resolved config inside. `run_grpo(config)` trains it — resuming from the
+`FathomGRPOTrainer`, whose changes to TRL are how a checkpoint is written: atomically (`checkpoint`),
+with the recipe state and the resolved config inside; and, with ``rollout.train_subcalls``, the policy's
+`llm()` answers appended to each generation batch as rows of their own (`subcall_rows`). `run_grpo(config)` trains it — resuming from the
 newest checkpoint in the run dir when ``run.resume = "auto"`` — then exports the adapter and a merged 16-bit
 model to ``RUN/final``.
 
@@ -39,11 +40,22 @@ def _trainer_class() -> type:
     from trl import GRPOTrainer
 
     class FathomGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config."""
+        """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config, and (with
+        ``rollout.train_subcalls``) the policy's `llm()` answers trained as rows of their own."""
 
         fathom_state: Callable[[], dict[str, Any]] = staticmethod(dict)
         fathom_config_toml: str = ""
         fathom_keep_last: int = 3
+        fathom_train_subcalls: bool = False
+        fathom_max_subcall_rows: int = 0
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            batch = super()._generate_and_score_completions(inputs)
+            if not (self.fathom_train_subcalls and self.model.training):
+                return batch
+            from fathom.train.subcall_rows import add_subcall_rows
+
+            return add_subcall_rows(self, inputs, batch, self.fathom_max_subcall_rows)
 
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
             run_dir = Path(self.args.output_dir)
@@ -244,6 +256,8 @@ def build_grpo(
     trainer.fathom_state = lambda: {"recipe": recipe.to_dict()}
     trainer.fathom_config_toml = dump_toml(config)
     trainer.fathom_keep_last = config.checkpoint.keep_last
+    trainer.fathom_train_subcalls = config.rollout.train_subcalls
+    trainer.fathom_max_subcall_rows = config.rollout.max_subcall_rows
     names = [t.name for t in config.curriculum.tiers]
     control = ControlFile(run_dir / "control.json", names, (config.penalty.min, config.penalty.max))
     metrics = JsonlWriter(run_dir / "metrics.jsonl", enabled=dist.is_main_process)

@@ -11,7 +11,9 @@ us), HF generate over the unwrapped model otherwise — and returns exactly one 
   correction; None with HF generate);
 - ``fathom_reward``: the shaped reward (`recipe.shape_group`, using the recipe state of this step);
 - ``fathom_info``: the reward components and behaviour of each episode, which `fathom_reward` logs
-  through TRL's ``log_metric`` (so they reach metrics.jsonl, TensorBoard and W&B with TRL's own metrics).
+  through TRL's ``log_metric`` (so they reach metrics.jsonl, TensorBoard and W&B with TRL's own metrics);
+- ``fathom_subcalls`` (only with ``rollout.train_subcalls``): each episode's `llm()` sub-calls, which
+  `fathom.train.subcall_rows` turns into rows of their own.
 
 Every episode is written whole to ``traces.jsonl``. An exception in our own code (environment, reward,
 engine) propagates and stops the step: no row is silently dropped. Per-step sums for the recipe wait in
@@ -161,6 +163,8 @@ class FathomRollout:
                 r.batching == "turns" or (r.batching == "auto" and not uses_vllm(trainer)) or bool(lockstep)
             )
             config = replace(self.engine_config, sync_turns=sync)
+            if r.train_subcalls:  # trained llm() answers must be samples of the policy, not its argmax
+                config = replace(config, sub_sampling=replace(sampling, max_new_tokens=r.sub_max_new_tokens))
             engine = build_engine(
                 service, self.chat, config, reader, reward=self.config.reward, sandbox=self.sandbox
             )
@@ -199,6 +203,8 @@ class FathomRollout:
             "fathom_reward": [sh.reward for sh in shaped],
             "fathom_info": [self._info(e, sh, tier) for e, sh in zip(episodes, shaped, strict=True)],
         }
+        if self.config.rollout.train_subcalls:  # each episode's llm() answers (`subcall_rows` trains them)
+            out["fathom_subcalls"] = [e.subcalls for e in episodes]
         for i, (task, episode, sh) in enumerate(zip(tasks, episodes, shaped, strict=True)):
             self._trace(step, i // g, i, task, episode, sh, "train")
 
