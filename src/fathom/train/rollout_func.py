@@ -18,8 +18,9 @@ groups, the extra ones on fresh task slots (`extra_slots`), and returns the step
 with reward variance first (`select_groups`), since a zero-variance group has zero advantage and trains
 nothing. The extra episodes cost little wall time: they run concurrently through the same engine.
 
-Every episode is written whole to ``traces.jsonl`` (with ``kept``: whether its group was trained on). An exception in our own code (environment, reward,
-engine) propagates and stops the step: no row is silently dropped. Per-step sums for the recipe wait in
+Every episode is written whole to ``traces.jsonl``, with ``kept`` (whether its group was trained on). An
+exception in our own code (environment, reward, engine) propagates and stops the step: no row is silently
+dropped. Per-step sums for the recipe wait in
 `StepStats` until the callback reduces them across ranks. This module does not update the recipe state or
 touch the optimiser.
 """
