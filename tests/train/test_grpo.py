@@ -56,7 +56,10 @@ class ControlWriter(TrainerCallback):
 @pytest.fixture(scope="module")
 def grpo_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("grpo")
-    config = load_config(TINY, [*FAST, f"--run.run_dir={run_dir}", "--grpo.max_steps=3", "--eval.every=2"])
+    config = load_config(
+        TINY,
+        [*FAST, f"--run.run_dir={run_dir}", "--grpo.max_steps=3", "--eval.every=2", "--grpo.log_kl=true"],
+    )
     run = build_grpo(config, [varied_reward])
     model = run.trainer.model
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -108,8 +111,20 @@ def test_metrics_log_every_component_behaviour_and_timing(grpo_run):
         "curriculum/penalty_weight",
         "curriculum/temperature",
         "rewards/varied_reward/mean",
+        # TRL's own, which the report plots
+        "entropy",
+        "frac_reward_zero_std",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/region_mean",
+        "kl",  # grpo.log_kl at beta = 0
     ):
         assert all(key in r for r in rows), key
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-7)  # step 1 samples with the fresh adapter (B = 0)
+    assert rows[-1]["kl"] > 0  # two updates later the policy has left the model it started from
+    # accuracy by family and by tier: present on the steps that drew that family / ran that tier
+    assert any(k.startswith("accuracy/family/") for k in rows[0])
+    assert "accuracy/tier/8k-easy" in rows[0]
     assert rows[0]["behaviour/turns"] == 2.0  # max_turns = 2 and the tiny model never answers
     assert rows[-1]["progress/examples_seen"] == 6
     assert "eval/accuracy" in rows[1] and "eval/accuracy" not in rows[0]  # eval.every = 2

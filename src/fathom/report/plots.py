@@ -2,7 +2,8 @@
 
 Training figures draw whatever keys were logged and skip the rest (a figure with nothing to show is not
 written). Each series accepts a few spellings (ours, TRL's), see `ALIASES`; reward components are the keys
-under ``reward/`` or ``rewards/``; anything numeric no figure claims lands in ``other_metrics.png``. Noisy
+under ``reward/`` or ``rewards/``; GRPO's exploration figures (zero-std fraction, clip fraction, training
+accuracy by tier and family) take their series from `fathom.report.exploration`; anything numeric no figure claims lands in ``other_metrics.png``. Noisy
 series get a thin raw line plus an exponential moving average.
 
 Eval figures: accuracy vs document length per policy (95% Wilson intervals, the context window marked),
@@ -23,6 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from fathom.eval.stats import bucket_sort_key, groups
+from fathom.report import exploration
 from fathom.report.runs import STEP_KEYS, EvalResult
 from fathom.reward import COMPONENTS
 
@@ -207,8 +209,23 @@ def training_plots(metrics: Metrics, out: Path) -> list[Path]:
         fig = Figure(figsize=(6.5, 3.6), layout="constrained")
         _curriculum(fig.add_subplot(1, 1, 1), metrics)
         written.append(_save(fig, out / "curriculum.png"))
+    written += exploration_plots(metrics, out)
     written.append(_other(metrics, out / "other_metrics.png"))
     return [p for p in written if p is not None]
+
+
+def exploration_plots(metrics: Metrics, out: Path) -> list[Path]:
+    """GRPO's exploration figures (`fathom.report.exploration`): every series of a figure on one axis."""
+    written = []
+    for stem, (title, series) in exploration.exploration_series(metrics).items():
+        fig = Figure(figsize=(6.5, 3.8), layout="constrained")
+        ax = fig.add_subplot(1, 1, 1)
+        for label, (xs, ys) in series.items():
+            _line(ax, xs, ys, label)
+        ax.legend(fontsize=7)
+        _decorate(ax, title, True)
+        written.append(_save(fig, out / f"{stem}.png"))
+    return written
 
 
 def summary_plot(metrics: Metrics, path: Path) -> Path:
@@ -237,6 +254,7 @@ OTHER_FIRST = ("eval/", "behaviour/", "time/", "throughput/", "recipe/", "curric
 def _other(metrics: Metrics, path: Path, limit: int = 36) -> Path | None:
     """Every numeric key no other figure shows (eval, behaviour and timing first), up to `limit`."""
     claimed = {a for aliases in ALIASES.values() for a in aliases} | set(components(metrics)) | set(STEP_KEYS)
+    claimed |= exploration.claimed(metrics)
     rank = {prefix: i for i, prefix in enumerate(OTHER_FIRST)}
 
     def order(key: str) -> tuple[int, str]:

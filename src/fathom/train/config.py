@@ -134,6 +134,9 @@ class RolloutSection:
             )
 
 
+MAX_OVERSAMPLE = 8  # extra task slots are numbered per original slot, at most this many groups each
+
+
 @dataclass(frozen=True)
 class GRPOSection:
     max_steps: int = 100
@@ -154,6 +157,13 @@ class GRPOSection:
     mask_truncated_completions: bool = False
     bf16: str = "auto"  # auto (on for CUDA with bf16 support) | true | false
     optim: str = "adamw_torch"
+    # DAPO's dynamic sampling within TRL's fixed batch: roll out ceil(oversample x groups) groups (the extra
+    # ones on fresh task slots) and train on the step's number of groups, those with reward variance first
+    dynamic_sampling: bool = False
+    oversample: float = 2.0
+    # Log `kl` to the model the LoRA starts from (adapter off) without adding it to the loss (beta = 0):
+    # one extra no-grad forward per generation batch (two where TRL computes no old log-probs itself)
+    log_kl: bool = False
 
     def __post_init__(self) -> None:
         _positive("grpo", self, "max_steps", "learning_rate", "per_device_train_batch_size")
@@ -172,6 +182,12 @@ class GRPOSection:
         _one_of("grpo", "loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"))
         _one_of("grpo", "scale_rewards", self.scale_rewards, ("group", "batch", "none"))
         _one_of("grpo", "bf16", self.bf16, ("auto", "true", "false"))
+        if not 1 <= self.oversample <= MAX_OVERSAMPLE:
+            raise ConfigError(f"grpo.oversample must be in [1, {MAX_OVERSAMPLE}]; got {self.oversample}")
+        if self.dynamic_sampling and self.oversample == 1:
+            raise ConfigError("grpo.dynamic_sampling needs grpo.oversample > 1 (1 samples no extra group)")
+        if self.log_kl and self.beta:
+            raise ConfigError("grpo.log_kl is for beta = 0: with grpo.beta > 0 TRL already logs kl")
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@
 `build_grpo(config)` assembles a run: the policy (`policy`), the slot dataset and task source
 (`tasksource`), the rollout function and reward (`rollout_func`), the recipe callback (`callbacks`) and
 `FathomGRPOTrainer`, whose changes to TRL are how a checkpoint is written: atomically (`checkpoint`),
-with the recipe state and the resolved config inside; and, with ``rollout.train_subcalls``, the policy's
-`llm()` answers appended to each generation batch as rows of their own (`subcall_rows`). `run_grpo(config)` trains it — resuming from the
-newest checkpoint in the run dir when ``run.resume = "auto"`` — then exports the adapter and a merged 16-bit
-model to ``RUN/final``.
+with the recipe state and the resolved config inside; with ``rollout.train_subcalls``, the policy's `llm()`
+answers appended to each generation batch as rows of their own (`subcall_rows`); and, with ``grpo.log_kl``,
+a ``kl`` metric to the adapter-off model at beta = 0 (`reference_kl`). `run_grpo(config)` trains it —
+resuming from the newest checkpoint in the run dir when ``run.resume = "auto"`` — then exports the adapter
+and a merged 16-bit model to ``RUN/final``.
 
 Run dir: ``config.toml``, ``metrics.jsonl``, ``traces.jsonl``, ``control.json`` (yours to write),
 ``checkpoint-N/``, ``final/``. See configs/accelerate/README.md for multi-GPU launches.
@@ -31,6 +32,7 @@ from fathom.train.config import ConfigError, TrainConfig
 from fathom.train.configfile import dump_toml
 from fathom.train.control import ControlFile
 from fathom.train.recipe import RecipeState, initial_state
+from fathom.train.reference_kl import check_log_kl
 from fathom.train.runlog import JsonlWriter, report_to, truncate_after
 from fathom.train.tasksource import TaskSource, slot_prompt
 
@@ -39,9 +41,12 @@ def _trainer_class() -> type:
     from transformers.trainer import TRAINER_STATE_NAME
     from trl import GRPOTrainer
 
-    class FathomGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config, and (with
-        ``rollout.train_subcalls``) the policy's `llm()` answers trained as rows of their own."""
+    from fathom.train.reference_kl import ReferenceKL
+
+    class FathomGRPOTrainer(ReferenceKL, GRPOTrainer):
+        """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config; with
+        ``rollout.train_subcalls`` the policy's `llm()` answers trained as rows of their own; ``kl`` to the
+        adapter-off model logged with ``grpo.log_kl`` (`fathom.train.reference_kl`)."""
 
         fathom_state: Callable[[], dict[str, Any]] = staticmethod(dict)
         fathom_config_toml: str = ""
@@ -157,6 +162,7 @@ def build_grpo(
 
     if not config.run.run_dir:
         raise ConfigError("run.run_dir is empty: say where the run goes")
+    check_log_kl(config)
     device, dist = process_state(config.run.device)
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -258,6 +264,7 @@ def build_grpo(
     trainer.fathom_keep_last = config.checkpoint.keep_last
     trainer.fathom_train_subcalls = config.rollout.train_subcalls
     trainer.fathom_max_subcall_rows = config.rollout.max_subcall_rows
+    trainer.fathom_log_kl = g.log_kl
     names = [t.name for t in config.curriculum.tiers]
     control = ControlFile(run_dir / "control.json", names, (config.penalty.min, config.penalty.max))
     metrics = JsonlWriter(run_dir / "metrics.jsonl", enabled=dist.is_main_process)

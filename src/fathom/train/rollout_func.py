@@ -15,8 +15,14 @@ us), HF generate over the unwrapped model otherwise — and returns exactly one 
 - ``fathom_subcalls`` (only with ``rollout.train_subcalls``): each episode's `llm()` sub-calls, which
   `fathom.train.subcall_rows` turns into rows of their own.
 
-Every episode is written whole to ``traces.jsonl``. An exception in our own code (environment, reward,
-engine) propagates and stops the step: no row is silently dropped. Per-step sums for the recipe wait in
+With ``grpo.dynamic_sampling`` (DAPO's, within TRL's fixed batch) it rolls out ``ceil(oversample * groups)``
+groups, the extra ones on fresh task slots (`extra_slots`), and returns the step's number of groups: those
+with reward variance first (`select_groups`), since a zero-variance group has zero advantage and trains
+nothing. The extra episodes cost little wall time: they run concurrently through the same engine.
+
+Every episode is written whole to ``traces.jsonl``, with ``kept`` (whether its group was trained on). An
+exception in our own code (environment, reward, engine) propagates and stops the step: no row is silently
+dropped. Per-step sums for the recipe wait in
 `StepStats` until the callback reduces them across ranks. This module does not update the recipe state or
 touch the optimiser.
 """
@@ -24,6 +30,8 @@ touch the optimiser.
 from __future__ import annotations
 
 import contextlib
+import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -36,7 +44,7 @@ from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampli
 from fathom.rollout.service import GenerationService, ServiceStats
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.sandbox import SandboxConfig
-from fathom.train.config import TrainConfig
+from fathom.train.config import MAX_OVERSAMPLE, TrainConfig
 from fathom.train.generation import (
     LockstepBackend,
     TimedBackend,
@@ -61,6 +69,35 @@ def scored(episode: Episode) -> Scored | None:
         score=b.score,
         model_tokens=episode.model_tokens,
     )
+
+
+def has_variance(rewards: Sequence[float]) -> bool:
+    """Whether a group's rewards differ (TRL's zero-std test: a std within 1e-8 of zero)."""
+    return len(rewards) > 1 and statistics.stdev(rewards) > 1e-8
+
+
+def extra_slots(slots: Sequence[int], oversample: float) -> list[int]:
+    """The task slots of the groups dynamic sampling rolls out beside this rank's `slots` (one per group).
+
+    ``ceil(oversample * n)`` groups in all: extra ``k`` is replica ``k // n + 1`` of group ``k % n``, numbered
+    ``-(slot * MAX_OVERSAMPLE + replica)``: below zero (dataset slots are >= 0), never another slot's, and the
+    same on every rank and every run, so a resumed run draws the same extra tasks."""
+    n = len(slots)
+    extras = math.ceil(round(oversample * n, 9)) - n  # round: 1.1 * 10 is 11.000000000000002
+    return [-(slots[k % n] * MAX_OVERSAMPLE + k // n + 1) for k in range(extras)]
+
+
+def select_groups(variance: Sequence[bool], keep: int) -> list[int]:
+    """The `keep` sampled groups to train on (indices; the first `keep` are the step's own groups).
+
+    In order: the step's own groups with reward variance, then the extra groups with variance, then
+    zero-variance groups (own first) as filler when too few have variance."""
+    if not 0 < keep <= len(variance):
+        raise ValueError(f"cannot keep {keep} of {len(variance)} sampled groups")
+    own = [i for i in range(keep) if variance[i]]
+    extra = [i for i in range(keep, len(variance)) if variance[i]]
+    filler = [i for i in range(len(variance)) if not variance[i]]
+    return (own + extra + filler)[:keep]
 
 
 def uses_vllm(trainer: Any) -> bool:
@@ -180,6 +217,10 @@ class FathomRollout:
         if len(prompts) % g:
             raise ValueError(f"rollout_func got {len(prompts)} prompts, not whole groups of {g}")
         slots = [parse_slot(p) for p in prompts]
+        groups = len(prompts) // g
+        dynamic = self.config.grpo.dynamic_sampling
+        if dynamic:
+            slots += [s for s in extra_slots(slots[::g], self.config.grpo.oversample) for _ in range(g)]
         tier = self.state.tier
         tasks = [self.source.task(tier, step, s) for s in slots]
         started = time.perf_counter()
@@ -193,35 +234,52 @@ class FathomRollout:
                 raise RuntimeError(f"an episode of group {start // g} ended without a reward")
             shaped += shape_group(group, self.state.penalty_weight, self.config.penalty, self.config.reward)
 
-        with_logprobs = all(e.logprobs is not None for e in episodes)
+        variance = [has_variance([sh.reward for sh in shaped[i : i + g]]) for i in range(0, len(shaped), g)]
+        kept = select_groups(variance, groups) if dynamic else list(range(groups))
+        rows = [k * g + j for k in kept for j in range(g)]
+        infos = [self._info(episodes[i], shaped[i], tier, tasks[i]) for i in rows]
+        if dynamic:
+            sampled = {
+                "dynamic/zero_std_sampled": 1 - sum(variance) / len(variance),
+                "dynamic/zero_std_kept": 1 - sum(variance[k] for k in kept) / len(kept),
+                "dynamic/groups_sampled": float(len(variance)),  # per rank
+                "dynamic/accuracy_sampled": sum(e.correct for e in episodes) / len(episodes),
+            }
+            for info in infos:
+                info.update(sampled)
+        out_eps = [episodes[i] for i in rows]
+        with_logprobs = all(e.logprobs is not None for e in out_eps)
         out: dict[str, Any] = {
-            "prompt_ids": [e.prompt_ids for e in episodes],
-            "completion_ids": [e.completion_ids for e in episodes],
-            "env_mask": [e.env_mask for e in episodes],
+            "prompt_ids": [e.prompt_ids for e in out_eps],
+            "completion_ids": [e.completion_ids for e in out_eps],
+            "env_mask": [e.env_mask for e in out_eps],
             # vLLM's sampling log-probs: TRL's importance-sampling correction for the engine/trainer mismatch
-            "logprobs": [e.logprobs for e in episodes] if with_logprobs else None,
-            "fathom_reward": [sh.reward for sh in shaped],
-            "fathom_info": [self._info(e, sh, tier) for e, sh in zip(episodes, shaped, strict=True)],
+            "logprobs": [e.logprobs for e in out_eps] if with_logprobs else None,
+            "fathom_reward": [shaped[i].reward for i in rows],
+            "fathom_info": infos,
         }
         if self.config.rollout.train_subcalls:  # each episode's llm() answers (`subcall_rows` trains them)
-            out["fathom_subcalls"] = [e.subcalls for e in episodes]
+            out["fathom_subcalls"] = [e.subcalls for e in out_eps]
+        kept_rows = set(rows)
         for i, (task, episode, sh) in enumerate(zip(tasks, episodes, shaped, strict=True)):
-            self._trace(step, i // g, i, task, episode, sh, "train")
+            self._trace(step, i // g, i, task, episode, sh, "train", kept=i in kept_rows)
 
         s = self.stats
-        s.rollouts += len(episodes)
+        s.rollouts += len(rows)  # trained on
         s.generate_s += gen_stats.seconds
         s.rollout_s += wall
         s.sampled_tokens += gen_stats.tokens
+        s.model_tokens += sum(e.model_tokens for e in out_eps)
+        # The recipe's reward and accuracy means cover every sampled rollout: the kept ones were chosen for
+        # their reward variance, so their mean is not the policy's
         for episode in episodes:
-            s.model_tokens += episode.model_tokens
             s.scored += 1
             assert episode.reward is not None
             s.reward_sum += episode.reward.total
             s.correct_sum += float(episode.reward.correct)
         return out
 
-    def _info(self, episode: Episode, sh: Shaped, tier: int) -> dict[str, float]:
+    def _info(self, episode: Episode, sh: Shaped, tier: int, task: Any) -> dict[str, float]:
         info = {f"behaviour/{k}": v for k, v in episode.behaviour().items()}
         info["curriculum/tier"] = float(tier)
         info["curriculum/penalty_weight"] = self.state.penalty_weight
@@ -234,12 +292,23 @@ class FathomRollout:
         info["reward/rank_bonus"] = sh.rank_bonus
         info["reward/token_cost"] = sh.token_cost
         info["accuracy"] = float(b.correct)
+        # Only on this family's (tier's) rollouts: TRL's mean per key is then the family's (tier's) accuracy
+        info[f"accuracy/family/{task.family}"] = float(b.correct)
+        info[f"accuracy/tier/{self.source.tiers[tier].name}"] = float(b.correct)
         for name in COMPONENTS:
             info[f"reward/{name}"] = float(b.components[name])
         return info
 
     def _trace(
-        self, step: int, group: int, index: int, task: Any, episode: Episode, sh: Shaped | None, kind: str
+        self,
+        step: int,
+        group: int,
+        index: int,
+        task: Any,
+        episode: Episode,
+        sh: Shaped | None,
+        kind: str,
+        kept: bool = True,
     ) -> None:
         if self.traces is None:
             return
@@ -249,6 +318,7 @@ class FathomRollout:
                 "step": step,
                 "group": group,
                 "index": index,
+                "kept": kept,  # False: a zero-variance group dynamic sampling rolled out but did not train on
                 "tier": self.source.tiers[self.state.tier].name,
                 "task_id": task.id,
                 "family": task.family,
