@@ -123,7 +123,7 @@ def export_run(
         raise ExportError(
             f"--dtype {dtype}: exported weights are 16-bit ({' or '.join(DTYPES)}); never float32 or 4-bit"
         )
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # the manifest's paths hold wherever it is read from
     config_file = run_dir / "config.toml"
     if not config_file.is_file():
         raise ExportError(f"{run_dir} is not a FATHOM run directory: it has no config.toml")
@@ -140,7 +140,7 @@ def export_run(
         summaries = read_evals([*eval_dirs, *map(Path, evals)])
     except (OSError, ValueError) as exc:
         raise ExportError(str(exc)) from exc
-    out = Path(out) if out is not None else run_dir / "export"
+    out = Path(out).resolve() if out is not None else run_dir / "export"
 
     def card(library: str) -> str:
         return model_card(
