@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 from fathom.cli import main as fathom_main
 from fathom.eval.stats import summarize
 from fathom.models import LoraSpec, ModelSpec, load_model, resolve_model_dir
+from fathom.publish.card import model_card
 from fathom.publish.export import ExportError, PushError, export_run, push
 from fathom.train import checkpoint
 from fathom.train.config import CheckpointConfig
@@ -250,6 +251,29 @@ def test_bad_requests_are_refused_with_a_reason(run, tmp_path, capsys):
         == 2
     )
     assert "--push-to-hub 'not a repo'" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_front_matter_names_a_hub_base_and_a_local_bases_license(run, tmp_path):
+    run_dir, *_ = run
+    config = load_config(run_dir / "config.toml")
+    kwargs = dict(
+        config=config, config_toml="", stage="grpo", step=1, checkpoint="final", evals=[], run_dir=run_dir
+    )
+    hub = front_matter(model_card(base="HuggingFaceTB/SmolLM2-135M-Instruct", library_name="peft", **kwargs))
+    assert hub["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and hub["library_name"] == "peft"
+    base = tmp_path / "base"
+    shutil.copytree(resolve_model_dir("tiny-smol"), base)
+    (base / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a base\n")
+    local = front_matter(model_card(base=str(base), library_name="transformers", **kwargs))
+    assert local["license"] == "apache-2.0" and "base_model" not in local  # a path is no hub id
+
+
+def test_out_holding_other_files_is_refused(run, tmp_path):
+    run_dir, *_ = run
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match=r"holds files an export does not write \(notes\.txt\)"):
+        export_run(run_dir, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "adapter").exists()
 
 
 def test_a_quantized_base_is_never_merged_into(run, tmp_path):

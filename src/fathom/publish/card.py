@@ -207,11 +207,12 @@ def model_card(
         tags=[*TAGS, stage, *(["lora"] if config.model.lora else [])],
         pipeline_tag="text-generation",
     )
-    usage = (
-        "Load it with `PeftModel.from_pretrained(base, <this folder>)` over the base model."
-        if library_name == "peft"
-        else "It loads with `AutoModelForCausalLM.from_pretrained`; the merge was done in 16-bit, never in 4-bit."
-    )
+    if library_name == "peft":
+        usage = "Load it with `PeftModel.from_pretrained(base, <this folder>)` over the base model."
+    elif config.model.lora:
+        usage = "It loads with `AutoModelForCausalLM.from_pretrained`; the adapter was merged in 16-bit, never 4-bit."
+    else:
+        usage = "It loads with `AutoModelForCausalLM.from_pretrained` (16-bit weights)."
     return "\n".join(
         [
             f"---\n{data.to_yaml()}\n---",

@@ -43,6 +43,8 @@ DTYPES = ("bfloat16", "float16")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 MANIFEST = "export.json"
+WEIGHT_DIRS = ("adapter", "merged", "model")
+OUT_NAMES = {MANIFEST, "README.md", *WEIGHT_DIRS, *(f"{checkpoint.TMP_PREFIX}{d}" for d in WEIGHT_DIRS)}
 
 
 class ExportError(RuntimeError):
@@ -157,6 +159,9 @@ def export_run(
 
     root_card = card("transformers")
     out.mkdir(parents=True, exist_ok=True)
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUT_NAMES)
+    if foreign:  # OUT is rewritten below: never a directory holding anything else
+        raise ExportError(f"--out {out} holds files an export does not write ({', '.join(foreign[:5])})")
     # A re-export never leaves a manifest or a merged model that belongs to the previous adapter.
     for stale in (MANIFEST, "README.md", "merged", "model"):
         path = out / stale
