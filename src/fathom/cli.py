@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "smoke": "fathom.train.smoke",
     "quickstart": "fathom.quickstart",
     "serve-lm": "fathom.server.lm_server",
+    "export": "fathom.publish.export",
 }
 
 

@@ -118,7 +118,7 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _atomic_save(final: Path, save: Any) -> Path:
+def atomic_save(final: Path, save: Any) -> Path:
     staging = staging_dir(final)
     if staging.exists():
         shutil.rmtree(staging)
@@ -154,11 +154,13 @@ def export(
                 model.save_pretrained(d, state_dict=state_dict)
             tokenizer.save_pretrained(d)
 
-        adapter = _atomic_save(out_dir / "adapter", save_adapter)
+        adapter = atomic_save(out_dir / "adapter", save_adapter)
         written["adapter"] = str(adapter)
         if config.export_merged:
             written["merged"] = str(
-                _atomic_save(out_dir / "merged", lambda d: _merge(adapter, base_name, dtype, tokenizer, d))
+                atomic_save(
+                    out_dir / "merged", lambda d: merge_adapter(adapter, base_name, dtype, tokenizer, d)
+                )
             )
     else:
 
@@ -176,18 +178,32 @@ def export(
                 model.to(original)
             tokenizer.save_pretrained(d)
 
-        written["model"] = str(_atomic_save(out_dir / "model", save_full))
+        written["model"] = str(atomic_save(out_dir / "model", save_full))
     return written
 
 
-def _merge(adapter: Path, base_name: str, dtype: Any, tokenizer: Any, out: Path) -> None:
-    """Reload the base in 16-bit on the CPU (never the 4-bit training copy), apply the adapter, merge, save."""
+def merge_adapter(adapter: Path, base_name: str, dtype: Any, tokenizer: Any, out: Path) -> None:
+    """Reload the base in 16-bit on the CPU (never the 4-bit training copy), apply the adapter, merge, save.
+
+    Refuses a dtype other than bfloat16/float16 and a base stored quantized (its config carries a
+    ``quantization_config``, which would load it in 4-bit whatever dtype is asked for)."""
+    import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from fathom.models import resolve_model_dir
 
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_dir(base_name), dtype=dtype)
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"merged weights are 16-bit (bfloat16 or float16); got {dtype}")
+    source = resolve_model_dir(base_name)
+    quantization = getattr(AutoConfig.from_pretrained(source), "quantization_config", None)
+    if quantization:
+        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else quantization
+        raise ValueError(
+            f"base model {base_name} is stored quantized ({method}): merging into it would round the merged "
+            "weights; merge over its unquantized 16-bit weights instead"
+        )
+    base = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
     merged.save_pretrained(out)
     tokenizer.save_pretrained(out)
