@@ -17,7 +17,7 @@ from fathom.cli import main
 from fathom.eval import EvalConfigMismatch, read_rows, run_eval
 from fathom.eval.policies import ExpertPolicy
 from fathom.eval.runner import drop_partial_line
-from fathom.tasks import load_tasks
+from fathom.tasks import load_tasks, write_tasks
 
 ROW_KEYS = {
     "id", "family", "length_tokens", "difficulty", "answer", "gold", "correct", "score", "reward",
@@ -174,3 +174,19 @@ def test_rlm_policy_stays_inside_its_context(heldout_file, tmp_path):
         assert r["context_used"] <= 1024 and 1 <= r["turns"] <= 3
         assert r["cost_tokens"] >= r["context_used"] and r["policy"] == "rlm:tiny-smol"
     assert summary["context_tokens"] == 1024 and summary["policy"] == "rlm"
+
+
+def test_several_task_files_through_one_loaded_policy(heldout_file, tmp_path):
+    tasks = load_tasks(heldout_file)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_tasks(first, tasks[:3])
+    write_tasks(second, tasks[3:5])
+    outs = [tmp_path / "out-a", tmp_path / "out-b"]
+    argv = ["eval", "--policy", "expert", "--tasks", str(first), str(second), "--out", *map(str, outs)]
+    assert main([*argv, "--no-progress"]) == 0
+    for out, want in zip(outs, (tasks[:3], tasks[3:5]), strict=True):
+        rows = read_rows(out / "eval.jsonl")
+        assert [r["id"] for r in rows] == [t.id for t in want]
+        assert json.loads((out / "summary.json").read_text())["task_file"].endswith(out.name[-1] + ".jsonl")
+    with pytest.raises(SystemExit, match=r"2 --tasks file\(s\) but 1 --out"):
+        main(["eval", "--policy", "expert", "--tasks", str(first), str(second), "--out", str(outs[0])])

@@ -2,6 +2,8 @@
 
     fathom eval --policy expert --tasks data/heldout.jsonl --out runs/x/eval/expert
     fathom eval --policy teacher --tasks data/heldout_unseen.jsonl --out runs/x/eval/teacher-unseen
+    fathom eval --policy rlm --model M --tasks data/heldout.jsonl data/heldout_unseen.jsonl \\
+                --out runs/x/eval/rlm runs/x/eval/rlm-unseen          # one model load for both files
     fathom eval --policy direct --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/direct
     fathom eval --policy rlm --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/rlm-base
     fathom eval --policy rlm --model runs/x/checkpoints/final --label trained --context-tokens 2048 \\
@@ -82,34 +84,51 @@ def run(args: argparse.Namespace) -> int:
     from fathom.eval.runner import run_eval
     from fathom.tasks import load_tasks
 
-    tasks = load_tasks(args.tasks)
-    if args.limit is not None:
-        tasks = tasks[: args.limit]
+    if len(args.tasks) != len(args.out):
+        raise SystemExit(
+            f"fathom eval: error: {len(args.tasks)} --tasks file(s) but {len(args.out)} --out folder(s): "
+            "give one output folder per task file"
+        )
+    splits = []
+    for path in args.tasks:  # every file is read before the model loads: a bad one fails at once
+        tasks = load_tasks(path)
+        splits.append(tasks[: args.limit] if args.limit is not None else tasks)
     console = Console()
-    policy = build_policy(args)
-    console.print(
-        f"[bold]fathom eval[/] {policy.label} on {len(tasks)} tasks from {args.tasks} -> {args.out}"
-    )
-    summary = run_eval(
-        policy,
-        tasks,
-        args.out,
-        batch_size=args.batch_size,
-        task_file=str(args.tasks),
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-    )
-    if summary["groups"]:
-        console.print(summary_table(summary))
-    console.print(f"results: {Path(args.out) / 'eval.jsonl'}, {Path(args.out) / 'summary.json'}")
+    policy = build_policy(args)  # one model (one vLLM engine) for every task file
+    for path, out, tasks in zip(args.tasks, args.out, splits, strict=True):
+        console.print(f"[bold]fathom eval[/] {policy.label} on {len(tasks)} tasks from {path} -> {out}")
+        summary = run_eval(
+            policy,
+            tasks,
+            out,
+            batch_size=args.batch_size,
+            task_file=str(path),
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+        if summary["groups"]:
+            console.print(summary_table(summary))
+        console.print(f"results: {Path(out) / 'eval.jsonl'}, {Path(out) / 'summary.json'}")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a policy on a task file (resumable)")
     p.add_argument("--policy", choices=POLICIES, required=True)
-    p.add_argument("--tasks", type=Path, required=True, help="task file (JSONL, the fathom task schema)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (eval.jsonl, summary.json)")
+    p.add_argument(
+        "--tasks",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="task file(s) (JSONL, the fathom task schema); several are evaluated by one loaded model",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="output directory per task file (eval.jsonl, summary.json)",
+    )
     p.add_argument(
         "--model",
         help="offline name (tiny-smol, tiny-qwen, smollm2-135m), hub id, model or LoRA adapter directory "
