@@ -76,3 +76,12 @@ def rows():
 
 def test_the_teacher_solves_new_families_grounded_without_knowing_them(rows):
     assert [(r["family"], r["correct"], r["grounded"]) for r in rows] == [(f, True, True) for f in NEW]
+
+
+def test_a_comma_before_a_count_noun_is_not_a_stated_total():
+    # "notifier-api, entries later than ...": the comma alone once parsed as a number and crashed the teacher
+    question = read_question(
+        "Service notifier-api, entries later than 2024-05-19 07:18:26: how many are DEBUG?"
+    )
+    assert question.stated_total is None and question.count
+    assert read_question("Among the rows: of the 3,744 questions, how many?").stated_total == 3744
