@@ -46,6 +46,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         "device": args.device,
         "label": args.label,
         "generation_mode": args.generation_mode,
+        "vllm_memory": args.vllm_memory,
     }
     if args.policy == "direct":
         return DirectPolicy(model, **common)
@@ -155,6 +156,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("auto", "vllm", *MODES),
         help="generation path: auto = vLLM on a GPU where it is installed, else HF generate (plain); "
         "vllm; plain; static (transformers' static KV cache)",
+    )
+    p.add_argument(
+        "--vllm-memory",
+        type=float,
+        default=0.3,
+        help="with vLLM: the engine's share of the GPU's memory (default 0.3; lower it to share the GPU)",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")

@@ -158,8 +158,15 @@ class ModelEngine:
 
 
 def load_model_engine(
-    name: str, dtype: str, device: str | None, generation_mode: str, context_tokens: int
+    name: str,
+    dtype: str,
+    device: str | None,
+    generation_mode: str,
+    context_tokens: int,
+    vllm_memory: float = 0.3,
 ) -> ModelEngine:
+    """`vllm_memory`: the vLLM engine's share of the GPU (weights and KV cache), so that several
+    evaluations (or an evaluation beside a training run) can share one GPU."""
     model, tokenizer = load_policy_model(name, dtype, device)
     if wants_vllm(generation_mode, device):
         path = Path(name).expanduser()
@@ -168,7 +175,10 @@ def load_model_engine(
                 f"{name} is a LoRA adapter: evaluate its merged model (RUN/final/merged) with vLLM"
             )
         backend: Any = VLLMBackend(
-            str(resolve_model_dir(name)), max_model_len=context_tokens, dtype="bfloat16"
+            str(resolve_model_dir(name)),
+            max_model_len=context_tokens,
+            dtype="bfloat16",
+            gpu_memory_utilization=vllm_memory,
         )
         return ModelEngine(model, tokenizer, backend, vllm_service(backend.llm))
     mode = "plain" if generation_mode in ("auto", "vllm") else generation_mode
@@ -270,10 +280,11 @@ class DirectPolicy:
         device: str | None = None,
         label: str | None = None,
         generation_mode: str = "auto",
+        vllm_memory: float = 0.3,
     ) -> None:
         self.model_name = model
         window = context_tokens or context_window(model, None)
-        self.engine = load_model_engine(model, dtype, device, generation_mode, window)
+        self.engine = load_model_engine(model, dtype, device, generation_mode, window, vllm_memory)
         self.model, self.tokenizer, self.backend = (
             self.engine.model,
             self.engine.tokenizer,
@@ -334,10 +345,11 @@ class RLMPolicy:
         device: str | None = None,
         label: str | None = None,
         generation_mode: str = "auto",
+        vllm_memory: float = 0.3,
     ) -> None:
         self.model_name, self.max_turns = model, max_turns
         window = context_tokens or context_window(model, None)
-        self.engine = load_model_engine(model, dtype, device, generation_mode, window)
+        self.engine = load_model_engine(model, dtype, device, generation_mode, window, vllm_memory)
         self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
         self.chat = ChatFormat(self.tokenizer)
         self.context_tokens = context_tokens or context_window(model, self.model)

@@ -59,7 +59,8 @@ def read_question(text: str) -> Question:
             anchors.append(token)
     digits = re.search(r"(\d+)-digit", text)
     total = re.search(
-        r"(?:among|of) the (\d[\d,]*) \w+|story of (\d+) facts|(\d[\d,]*) (?:rows|lines|records|entries)", text
+        r"(?:among|of) the (\d[\d,]*) \w+|story of (\d+) facts|(\d[\d,]*) (?:rows|lines|records|entries)",
+        text,
     )
     stated = next((int(g.replace(",", "")) for g in (total.groups() if total else ()) if g), None)
     lower = text.lower()
