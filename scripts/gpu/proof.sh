@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The GPU proof (issue #8): does training with the environment in the loop teach SmolLM2-135M-Instruct the
-# RLM discipline? SFT on expert transcripts -> GRPO with the environment in the rollout loop -> held-out
-# evaluation against the baselines, every row on the same tasks.
+# The GPU proof, run 3 (issue #16): teacher SFT (stopped by held-out loss and an entropy floor) -> GRPO with
+# the environment in the loop, through TRL's colocated vLLM, twice side by side (the policy's llm() answers
+# trained as rows of their own, and masked) -> evaluation of direct, untrained, SFT and both SFT+GRPO runs on
+# the training families' held-out split and the unseen families' split, 8K to 400K tokens.
 #
-#   scripts/gpu/proof.sh STAGE [STAGE...]     stages, in order: data baselines sft grpo final report (or: all)
-#                                            (baselines = teacher direct untrained, each also a stage;
-#                                            numerics = vLLM vs the eager model, first at every lease)
+#   scripts/gpu/proof.sh STAGE [STAGE...]   data sft baselines sft_eval grpo final report pack, or pipeline
+#   scripts/gpu/proof.sh start              the pipeline in its own process session (it outlives the device
+#                                           call; the machine keeps it while calls follow within 30 s)
+#   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
+#                                           ended, its archive goes to $OUT
 #
-# Each stage is one `fathom` command (or a few) sized to end well inside the lent machine's 10-minute
-# limit per command; state lives in $PROOF_DIR on that machine (kept while it stays warm between
-# commands), and `grpo` is resumable: run it again and it continues from its newest checkpoint. Small
-# results (summaries, metrics, the report's plots) are copied to $OUT when it is set, so they come back.
-# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh (model, wheels, corpora) and
-# scripts/gpu/stage_vllm.sh a/b/d (vLLM), with scripts/gpu/env.sh sourced.
+# The pipeline runs what can share the GPU at once: the baselines during SFT, the SFT evaluation beside both
+# GRPO runs, the two final evaluations together. GRPO stops by `run.max_minutes`, computed so that the whole
+# pipeline ends by PROOF_BUDGET_S seconds after `start` (it checkpoints every 10 steps, and `grpo` resumes
+# from the newest checkpoint when run again on the same machine).
+# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d.
 #
-# Rehearsal on a CPU with the tiny model (same commands, small sizes, ~5 min):
+# Rehearsal on a CPU with the tiny model (same stages, small sizes):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
-#     scripts/gpu/proof.sh all
+#     scripts/gpu/proof.sh pipeline
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -26,104 +28,142 @@ MODEL=${PROOF_MODEL:-smollm2-135m}
 DEVICE=${PROOF_DEVICE:-cuda}
 if [ "$DEVICE" != cpu ]; then source scripts/gpu/env.sh; fi  # the staged wheels and vLLM, and vLLM's settings
 RECIPE=configs/smollm2-135m-gpu.toml
+BUDGET_S=${PROOF_BUDGET_S:-1440}
 case ${PROOF_SCALE:-full} in
-  full)  # 3 held-out tasks per family x length (one per difficulty: 7 x 4 x 3 = 84), the same for every row;
-    # sized for one 30-minute GPU lease with HF `generate` (see GEN_MODE)
-    HELDOUT=84 TRAIN=840 EVAL=42 SFT_TASKS=384 SFT_EPOCHS=${SFT_EPOCHS:-3} GRPO_MINUTES=${GRPO_MINUTES:-4.5} GRPO_STEPS=1000
-    EVAL_BATCH=84 DIRECT_BATCH=28 NGROUPS=${NGROUPS:-8} ;;
+  full)  # held-out: 3 tasks per family x length on the 20 training families, 6 on the 7 unseen ones
+    HELDOUT=240 UNSEEN=168 LENGTHS=(8K 32K 128K 400K) TRAIN=840 EVAL=60 SFT_TASKS=640 SFT_EPOCHS=3
+    TURNS=10 NEW=384 TOTAL=8192 SFT_BATCH=8 SFT_EVAL_EVERY=20 MICRO=4 ACCUM=4 EVAL_BATCH=84 MEM=0.1
+    FINAL_RESERVE_S=270 ;;
   tiny)
-    HELDOUT=84 TRAIN=84 EVAL=14 SFT_TASKS=8 SFT_EPOCHS=1 GRPO_MINUTES=${GRPO_MINUTES:-0.5} GRPO_STEPS=3
-    EVAL_BATCH=84 DIRECT_BATCH=84 NGROUPS=1 ;;
+    HELDOUT=20 UNSEEN=7 LENGTHS=(8K) TRAIN=40 EVAL=8 SFT_TASKS=12 SFT_EPOCHS=1
+    TURNS=2 NEW=48 TOTAL=2048 SFT_BATCH=4 SFT_EVAL_EVERY=2 MICRO=4 ACCUM=2 EVAL_BATCH=27 MEM=0.1
+    FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-# Generation path for rollouts and evaluations: vLLM on a GPU (TRL's colocated engine in GRPO; staged by
-# scripts/gpu/stage_vllm.sh, and checked against the eager model by the `numerics` stage), HF generate on a CPU.
+# Several vLLM engines share the GPU (evaluations beside training): each gets a fixed KV cache, since vLLM's
+# start-up memory profile aborts when another process frees GPU memory while it runs
+KV_GIB=${KV_GIB:-6}
 GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo vllm)}
-GRPO_LR=${GRPO_LR:-1e-4}  # LoRA; a short run (tens of steps) with no warm-up
-G=${GRPO_DIR:-grpo} GRPO_SEED=${GRPO_SEED:-0}  # a second GRPO run (the seed's replicate) goes to another dir
-# GRPO_ARGS: more `fathom grpo` flags, word-split (e.g. "--rollout.temperature=1.3 --grpo.loss_type=grpo")
-HELDOUT_LENGTHS=(8K 32K 128K 400K)  # up to 50x SmolLM2's 8,192-token window (400K = 409,600 tokens)
+GRPO_LR=${GRPO_LR:-1e-4}
+GRPO_SEED=${GRPO_SEED:-0}
+# every train length and difficulty, for the SFT transcripts
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$D/progress.log"; }
 fathom() { echo "+ fathom $*"; "$PY" -m fathom "$@"; }
-keep() { # collect small results in $D/keep (flat names); they go back to $OUT as one archive at the end
+keep() { # small results into $D/keep (flat names); `pack` archives them
   mkdir -p "$D/keep"
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$D/keep/$(echo "${f#"$D"/}" | tr / _)"; done
   return 0
 }
-evaluate() { # NAME POLICY MODEL LABEL: both held-out splits (the training families and the unseen ones);
-  # the training rollout's budget (4 turns of 384 tokens) for rlm
-  local budget=() batch=$EVAL_BATCH split out
-  [ "$2" = rlm ] && budget=(--max-turns 4 --max-new-tokens 384)
-  [ "$2" = direct ] && batch=$DIRECT_BATCH  # a window-long prompt each: its prefill mask and KV cache are large
-  for split in heldout heldout_unseen; do
-    out="$D/eval/$1"; [ "$split" = heldout_unseen ] && out="$D/eval/$1-unseen"
-    fathom eval --policy "$2" --model "$3" --label "$4" --tasks "$D/data/$split.jsonl" --out "$out" \
-      --device "$DEVICE" --batch-size "$batch" "${budget[@]}" --generation-mode "$GEN_MODE" --dtype "$EVAL_DTYPE" \
-      --overwrite --no-progress
-    keep "$out/summary.json" "$out/eval.jsonl" "$out/traces.jsonl"
-  done
+evaluate() { # NAME POLICY MODEL LABEL: both held-out splits, one model load; the rollouts' budget for rlm
+  local budget=()
+  [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW")
+  fathom eval --policy "$2" --model "$3" --label "$4" \
+    --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
+    --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
+    --dtype "$EVAL_DTYPE" --vllm-memory "$MEM" --vllm-kv-cache-gib "$KV_GIB" --overwrite --no-progress \
+    > "$D/logs/eval-$1.log" 2>&1
+  for out in "$D/eval/$1" "$D/eval/$1-unseen"; do keep "$out/summary.json" "$out/eval.jsonl"; done
+  head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
+  keep "$D/eval/$1-unseen/traces_sample.jsonl"
 }
 
 stage_data() {
   fathom data build --out "$D/data" --seed 8 --train "$TRAIN" --eval "$EVAL" --heldout "$HELDOUT" \
-    --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${HELDOUT_LENGTHS[@]}" \
-    --heldout-unseen "$HELDOUT" --heldout-unseen-lengths "${HELDOUT_LENGTHS[@]}" --no-progress
+    --train-lengths 8K 16K 32K 128K --eval-lengths 8K 32K --heldout-lengths "${LENGTHS[@]}" \
+    --heldout-unseen "$UNSEEN" --heldout-unseen-lengths "${LENGTHS[@]}" --no-progress > "$D/logs/data.log" 2>&1
   keep "$D/data/build.json"
+  sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
-stage_numerics() { # vLLM against the eager model (and plain generate), at every lease before anything else
-  python3 bench/gpu_rollouts.py decode --model "$MODEL" --batches 64 --out "$D/numerics.json"
-  keep "$D/numerics.json"
-}
-stage_teacher() { evaluate teacher teacher "$MODEL" "teacher (scripted, grounded)"; }
-stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
-stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
-stage_baselines() { stage_teacher && stage_direct && stage_untrained; }
-stage_sft() { # full fine-tune on correct expert transcripts of every train length and difficulty
+stage_sft() { # full fine-tune on the teacher's grounded, correct transcripts (and reader rows)
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
     --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
-    --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate=1e-4
+    --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate=1e-4 --sft.max_turns="$TURNS" \
+    --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps=1 \
+    --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor=0.03 \
+    --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
-  evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"
 }
-stage_grpo() { # LoRA GRPO on the SFT model, curriculum over the recipe's tiers; resumes when run again
-  # NGROUPS x 8 rollouts per step, generated at once; the loss runs in 4 micro-batches (full-vocabulary
-  # logits of a whole generation batch at once would not fit in memory at larger NGROUPS)
-  fathom grpo --config "$RECIPE" --run.run_dir="$D/$G" --run.device="$DEVICE" --model.name="$MODEL" \
-    --run.seed="$GRPO_SEED" \
-    --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
-    --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$GRPO_MINUTES" --grpo.max_steps="$GRPO_STEPS" \
-    --grpo.per_device_train_batch_size=$((NGROUPS * 2)) --grpo.gradient_accumulation_steps=4 \
-    --eval.every=0 --checkpoint.save_every=5 --logging.progress=false \
-    --curriculum.min_dwell_steps=4 --rollout.generation_mode="$GEN_MODE" --model.dtype=bfloat16 \
-    --grpo.learning_rate="$GRPO_LR" --grpo.warmup_steps=0 \
-    --rollout.max_turns=4 --rollout.max_new_tokens=384 --rollout.max_total_tokens=2560 ${GRPO_ARGS:-}
-  keep "$D/$G/summary.json" "$D/$G/metrics.jsonl" "$D/$G/config.toml"
-  { head -n 64 "$D/$G/traces.jsonl"; tail -n 128 "$D/$G/traces.jsonl"; } > "$D/$G/traces_sample.jsonl"
-  keep "$D/$G/traces_sample.jsonl"  # whole conversations, first and last rollouts of the run
+stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
+stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
+stage_baselines() { stage_direct & stage_untrained & wait; }
+stage_sft_eval() { evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"; }
+grpo_run() { # DIR TRAIN_SUBCALLS MINUTES: LoRA GRPO on the SFT model; resumes from DIR's newest checkpoint
+  fathom grpo --config "$RECIPE" --run.run_dir="$D/$1" --run.device="$DEVICE" --model.name="$MODEL" \
+    --run.seed="$GRPO_SEED" --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
+    --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$3" --grpo.max_steps=1000 \
+    --grpo.per_device_train_batch_size="$MICRO" --grpo.gradient_accumulation_steps="$ACCUM" \
+    --grpo.num_generations=8 --grpo.dynamic_sampling=true --grpo.oversample=2 --grpo.log_kl=true \
+    --grpo.learning_rate="$GRPO_LR" --grpo.warmup_steps=5 --eval.every=0 --checkpoint.save_every=10 \
+    --logging.progress=false --curriculum.min_dwell_steps=15 --rollout.generation_mode="$GEN_MODE" \
+    --model.dtype=bfloat16 --rollout.max_turns="$TURNS" --rollout.max_new_tokens="$NEW" \
+    --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
+    --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
+    --rollout.train_subcalls="$2" ${GRPO_ARGS:-} \
+    > "$D/logs/$1.log" 2>&1
+  keep "$D/$1/summary.json" "$D/$1/metrics.jsonl" "$D/$1/config.toml"
+  { head -n 32 "$D/$1/traces.jsonl"; tail -n 64 "$D/$1/traces.jsonl"; } > "$D/$1/traces_sample.jsonl"
+  keep "$D/$1/traces_sample.jsonl"
 }
-stage_final() {
-  local label="rlm (SFT+GRPO)"
-  [ "$G" = grpo ] || label="rlm (SFT+GRPO, $G)"
-  evaluate "rlm-$G" rlm "$D/$G/final/merged" "$label"
+grpo_minutes() { # what is left of the budget, less the final evaluations and the run's start and export
+  local left=$(( ${PROOF_DEADLINE:-$(( $(date +%s) + BUDGET_S ))} - $(date +%s) - FINAL_RESERVE_S - 150 ))
+  [ "$left" -gt 60 ] || left=60
+  awk "BEGIN { printf \"%.1f\", $left / 60 }"
 }
+stage_grpo() { grpo_run grpo true "$(grpo_minutes)"; }
+stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)"; }
+stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
+stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
 stage_report() {
-  ln -sfn "$D/eval" "$D/grpo/evals"
-  fathom report "$D/grpo" --out "$D/report"
+  mkdir -p "$D/grpo/evals"
+  for e in "$D"/eval/*/; do ln -sfn "$e" "$D/grpo/evals/$(basename "$e")"; done
+  fathom report "$D/grpo" --out "$D/report" > "$D/logs/report.log" 2>&1
   keep "$D"/report/*.png
+  return 0
+}
+stage_pack() { # one archive of everything kept (the device returns at most 8 files of 16 MiB)
+  cp "$D/progress.log" "$D/keep/" 2>/dev/null || true
+  tar -czf "$D/proof.tgz" -C "$D" keep logs
+  ls -la "$D/proof.tgz"
+}
+run_stage() { local s=$1 t; t=$(date +%s); log "stage $s start"; "stage_$s"; log "stage $s done in $(($(date +%s) - t)) s"; }
+stage_pipeline() {
+  export PROOF_DEADLINE=${PROOF_DEADLINE:-$(( $(date +%s) + BUDGET_S ))}
+  run_stage data
+  run_stage baselines & local baselines=$!
+  run_stage sft
+  run_stage sft_eval & local sft_eval=$!
+  { run_stage grpo && run_stage final; } & local trained=$!
+  { run_stage grpo_masked && run_stage final_masked; } & local masked=$!
+  local status=0
+  for pid in $baselines $sft_eval $trained $masked; do wait "$pid" || status=1; done
+  run_stage report || status=1
+  run_stage pack
+  return $status
 }
 
-mkdir -p "$D" && touch "$D/.started"  # what this invocation keeps goes back, not all earlier stages again
-[ $# -gt 0 ] || { echo "usage: $0 data|baselines|sft|grpo|final|report|all ..." >&2; exit 2; }
-for stage in "$@"; do
-  if [ "$stage" = all ]; then set -- data baselines sft grpo final report; break; fi
-done
-for stage in "$@"; do
-  start=$(date +%s)
-  "stage_$stage"
-  echo "== stage $stage done in $(($(date +%s) - start)) s"
-done
-# $OUT (the lent machine's return folder) takes at most 8 files: what this invocation kept, as one archive
-if [ -n "${OUT:-}" ] && [ -d "$D/keep" ]; then
-  mkdir -p "$OUT" && (cd "$D" && find keep -type f -newer .started -print0 | tar -czf "$OUT/proof-$(IFS=-; echo "$*")${GRPO_DIR:+-$GRPO_DIR}.tgz" --null -T -)
-fi
+[ $# -gt 0 ] || { echo "usage: $0 STAGE... | start | wait SECONDS" >&2; exit 2; }
+mkdir -p "$D/logs" "$D/keep"
+case $1 in
+  start)  # from a copy of the tree: each device call replaces the working tree the pipeline would read
+    rm -f "$D/pipeline.done"
+    export PROOF_DEADLINE=$(( $(date +%s) + BUDGET_S ))
+    rm -rf /root/proof-src && mkdir -p /root/proof-src && cp -r src scripts configs bench /root/proof-src/
+    setsid bash -c "cd /root/proof-src && bash scripts/gpu/proof.sh pipeline > '$D/pipeline.log' 2>&1; echo \$? > '$D/pipeline.done'" < /dev/null &
+    log "pipeline started (pid $!), deadline $(date -d "@$PROOF_DEADLINE" +%H:%M:%S)"
+    exit 0 ;;
+  wait)
+    end=$(( $(date +%s) + ${2:?wait SECONDS} ))
+    while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$D/pipeline.done" ]; do sleep 10; done
+    tail -n 40 "$D/progress.log"
+    for g in grpo grpo-masked; do
+      [ -f "$D/$g/metrics.jsonl" ] && "$PY" scripts/gpu/grpo_progress.py "$D/$g/metrics.jsonl" "$g"
+    done
+    if [ -f "$D/pipeline.done" ]; then
+      echo "pipeline ended, status $(cat "$D/pipeline.done")"; tail -n 20 "$D/pipeline.log"
+      [ -n "${OUT:-}" ] && cp "$D/proof.tgz" "$OUT/"
+    fi
+    exit 0 ;;
+esac
+for stage in "$@"; do run_stage "$stage"; done

@@ -1,55 +1,179 @@
-"""Markdown tables of the GPU proof's evaluations (what bench/RESULTS.md and the README show).
+"""Tables and bench/results/gpu_proof.json from the GPU proof's evaluations (what RESULTS.md and the README show).
 
-python scripts/gpu/proof_tables.py DIR     # DIR: the unpacked keep/ folder of proof.sh's archives
+    python scripts/gpu/proof_tables.py DIR [--json bench/results/gpu_proof.json] [--commands FILE]
+
+DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_<name>_summary.json`` and
+``eval_<name>_eval.jsonl`` for the training families' split (``heldout``) and ``eval_<name>-unseen_*`` for the
+unseen families' (``heldout_unseen``). Prints markdown: accuracy with 95% Wilson intervals per family and per
+length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the
+same tasks. With --json, writes per policy and split n, correct, accuracy, ci_low and ci_high (and the groups),
+the McNemar results, the issue's floors checked, and the commands (one per line of --commands).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
+from typing import Any
 
-ROWS = (
-    ("expert (scripted upper bound)", "expert"),
-    ("direct answer, document truncated to 8K (untrained)", "direct"),
-    ("RLM scaffold, untrained", "rlm-untrained"),
-    ("RLM scaffold, after SFT", "rlm-sft"),
-    ("RLM scaffold, SFT + GRPO", "rlm-grpo"),
+from fathom.eval.runner import read_rows
+from fathom.eval.stats import paired
+
+POLICIES = (  # (name in the archive, label)
+    ("teacher", "teacher (scripted, grounded; its own reader)"),
+    ("direct", "direct answer, document truncated to 8K (untrained)"),
+    ("rlm-untrained", "RLM scaffold, untrained"),
+    ("rlm-sft", "RLM scaffold, after SFT"),
+    ("rlm-grpo-masked", "RLM scaffold, SFT + GRPO (sub-calls masked)"),
+    ("rlm-grpo", "RLM scaffold, SFT + GRPO (sub-calls trained)"),
 )
+SPLITS = (("heldout", ""), ("heldout_unseen", "-unseen"))
+COMPARISONS = (("rlm-grpo", "rlm-sft"), ("rlm-grpo-masked", "rlm-sft"), ("rlm-grpo", "rlm-grpo-masked"))
 
 
-def cell(group: dict) -> str:
+def cell(group: dict[str, Any]) -> str:
     return f"{group['accuracy']:.0%} [{group['ci_low']:.0%}, {group['ci_high']:.0%}]"
 
 
-def main(folder: Path) -> None:
-    summaries = {}
-    for label, name in ROWS:
-        path = folder / f"eval_{name}_summary.json"
-        if path.exists():
-            summaries[label] = json.loads(path.read_text())["groups"]
-    first = next(iter(summaries.values()))
-    for prefix in ("family/", "length/"):
-        keys = [k for k in first if k.startswith(prefix)]
-        print(
-            "\n| policy (accuracy, 95% Wilson CI) | all | "
-            + " | ".join(k[len(prefix) :] for k in keys)
-            + " |"
-        )
-        print("|---" * (len(keys) + 2) + "|")
-        for label, groups in summaries.items():
-            print(f"| {label} | {cell(groups['all'])} | " + " | ".join(cell(groups[k]) for k in keys) + " |")
-    print(
-        "\n| policy | n | reward | model tokens / episode | tokens read+written (cost) | turns | llm() calls |"
+def load(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{policy: {split: {"groups": ..., "rows": [...]}}} for what the folder holds."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, _ in POLICIES:
+        for split, suffix in SPLITS:
+            summary = folder / f"eval_{name}{suffix}_summary.json"
+            if summary.exists():
+                found.setdefault(name, {})[split] = {
+                    "groups": json.loads(summary.read_text())["groups"],
+                    "rows": read_rows(folder / f"eval_{name}{suffix}_eval.jsonl"),
+                }
+    return found
+
+
+def tables(found: dict[str, dict[str, dict[str, Any]]]) -> str:
+    labels = dict(POLICIES)
+    out: list[str] = []
+    for split, _ in SPLITS:
+        present = [(n, d[split]["groups"]) for n, d in found.items() if split in d]
+        if not present:
+            continue
+        for prefix in ("family/", "length/"):
+            keys = sorted(
+                {k for _, g in present for k in g if k.startswith(prefix)}, key=list(present[0][1]).index
+            )
+            out.append(f"\n`{split}`, by {prefix[:-1]} (accuracy, 95% Wilson interval):\n")
+            out.append("| policy | all | " + " | ".join(k[len(prefix) :] for k in keys) + " |")
+            out.append("|---" * (len(keys) + 2) + "|")
+            for name, g in present:
+                cells = " | ".join(cell(g[k]) if k in g else "" for k in keys)
+                out.append(f"| {labels[name]} | {cell(g['all'])} | {cells} |")
+        out.append(f"\n`{split}`, per episode (means):\n")
+        out.append("| policy | n | reward | model tokens | cost tokens | turns | llm() calls |")
+        out.append("|---|---|---|---|---|---|---|")
+        for name, g in present:
+            a = g["all"]
+            out.append(
+                f"| {labels[name]} | {a['n']} | {a.get('reward', 0):.2f} | {a.get('tokens', 0):,.0f} | "
+                f"{a.get('cost_tokens', 0):,.0f} | {a.get('turns', 0):.1f} | {a.get('llm_calls', 0):.2f} |"
+            )
+    return "\n".join(out)
+
+
+def comparisons(found: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    results = []
+    for a, b in COMPARISONS:
+        for split, _ in SPLITS:
+            if split in found.get(a, {}) and split in found.get(b, {}):
+                p = paired(found[a][split]["rows"], found[b][split]["rows"])
+                acc = {n: found[n][split]["groups"]["all"]["accuracy"] for n in (a, b)}
+                results.append(
+                    {"a": a, "b": b, "split": split, "n": p.n, "only_a": p.only_a, "only_b": p.only_b,
+                     "points": round(100 * (acc[a] - acc[b]), 2), "p_value": p.p_value}
+                )  # fmt: skip
+    return results
+
+
+def floors(found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's floors, each with the measured value and whether it is met (None: not measured)."""
+
+    def acc(name: str, split: str) -> float | None:
+        d = found.get(name, {}).get(split)
+        return None if d is None else d["groups"]["all"]["accuracy"]
+
+    grpo_u, direct_u, sft_u, grpo_s = (
+        acc("rlm-grpo", "heldout_unseen"),
+        acc("direct", "heldout_unseen"),
+        acc("rlm-sft", "heldout_unseen"),
+        acc("rlm-grpo", "heldout"),
     )
-    print("|---|---|---|---|---|---|---|")
-    for label, groups in summaries.items():
-        a = groups["all"]
+    test = next(
+        (t for t in tests if (t["a"], t["b"], t["split"]) == ("rlm-grpo", "rlm-sft", "heldout_unseen")), None
+    )
+
+    def check(value: float | None, ok: bool | None) -> dict[str, Any]:
+        return {"value": value, "met": ok}
+
+    both = grpo_u is not None and direct_u is not None
+    return {
+        "unseen_grpo_at_least_30pct": check(grpo_u, None if grpo_u is None else grpo_u >= 0.30),
+        "unseen_grpo_20_points_over_direct": check(
+            None if not both else grpo_u - direct_u, None if not both else grpo_u - direct_u >= 0.20
+        ),
+        "unseen_grpo_5_points_over_sft_p_below_0.05": check(
+            None if test is None else {"points": test["points"], "p_value": test["p_value"]},
+            None if test is None else test["points"] >= 5 and test["p_value"] < 0.05,
+        ),
+        "in_distribution_at_least_75pct": check(grpo_s, None if grpo_s is None else grpo_s >= 0.75),
+        "sft_unseen": sft_u,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--commands", type=Path, help="the commands that made the results, one per line")
+    args = parser.parse_args()
+    found = load(args.folder)
+    tests = comparisons(found)
+    print(tables(found))
+    print("\nExact McNemar tests on the same tasks (A right and B wrong / the other way):\n")
+    print("| A | B | split | n | only A | only B | points | p |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in tests:
         print(
-            f"| {label} | {a['n']} | {a.get('reward', 0):.2f} | {a.get('tokens', 0):,.0f} | "
-            f"{a.get('cost_tokens', 0):,.0f} | {a.get('turns', 0):.1f} | {a.get('llm_calls', 0):.2f} |"
+            f"| {t['a']} | {t['b']} | {t['split']} | {t['n']} | {t['only_a']} | {t['only_b']} | "
+            f"{t['points']:+.1f} | {t['p_value']:.3g} |"
         )
+    if args.json:
+        labels = dict(POLICIES)
+        policies = {
+            name: {
+                "label": labels[name],
+                **{
+                    split: {
+                        **{
+                            k: d["groups"]["all"][k]
+                            for k in ("n", "correct", "accuracy", "ci_low", "ci_high")
+                        },
+                        "groups": d["groups"],
+                    }
+                    for split, d in splits.items()
+                },
+            }
+            for name, splits in found.items()
+        }
+        commands = args.commands.read_text().splitlines() if args.commands else []
+        record = {
+            "policies": policies,
+            "mcnemar": tests,
+            "floors": floors(found, tests),
+            "commands": commands,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main()

@@ -77,3 +77,27 @@ def test_group_stats_ignores_missing_values():
     stats = group_stats([row("a", 1, True, wall_s=1.0), row("a", 1, False, wall_s=None)])
     assert stats["wall_s"] == 1.0 and stats["accuracy"] == 0.5
     assert math.isclose(stats["ci_low"] + stats["ci_high"], 1.0)  # symmetric at p = 0.5
+
+
+def test_mcnemar_exact_matches_the_binomial_tail():
+    from fathom.eval.stats import mcnemar_exact
+
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(1, 0) == 1.0  # one discordant task proves nothing
+    assert abs(mcnemar_exact(6, 0) - 2 / 64) < 1e-12  # 2 * 0.5**6 = 0.03125
+    assert abs(mcnemar_exact(8, 2) - 2 * (1 + 10 + 45) / 1024) < 1e-12  # 0.109375
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(2, 8) == mcnemar_exact(8, 2)
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_counts_discordant_tasks_by_id_and_refuses_other_tasks():
+    from fathom.eval.stats import paired
+
+    a = [{"id": "t1", "correct": True}, {"id": "t2", "correct": True}, {"id": "t3", "correct": False}]
+    b = [{"id": "t3", "correct": True}, {"id": "t2", "correct": True}, {"id": "t1", "correct": False}]
+    result = paired(a, b)
+    assert (result.n, result.only_a, result.only_b, result.p_value) == (3, 1, 1, 1.0)
+    with pytest.raises(ValueError, match="same tasks"):
+        paired(a, b[:2])

@@ -47,6 +47,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         "label": args.label,
         "generation_mode": args.generation_mode,
         "vllm_memory": args.vllm_memory,
+        "vllm_kv_cache_gib": args.vllm_kv_cache_gib,
     }
     if args.policy == "direct":
         return DirectPolicy(model, **common)
@@ -162,6 +163,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=0.3,
         help="with vLLM: the engine's share of the GPU's memory (default 0.3; lower it to share the GPU)",
+    )
+    p.add_argument(
+        "--vllm-kv-cache-gib",
+        type=float,
+        default=0.0,
+        help="with vLLM: a KV cache of this many GiB, without vLLM's start-up memory profile (which aborts "
+        "when another process on the GPU frees memory meanwhile); default 0: profiled",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="discard earlier results in --out")

@@ -164,9 +164,12 @@ def load_model_engine(
     generation_mode: str,
     context_tokens: int,
     vllm_memory: float = 0.3,
+    vllm_kv_cache_gib: float = 0.0,
 ) -> ModelEngine:
     """`vllm_memory`: the vLLM engine's share of the GPU (weights and KV cache), so that several
-    evaluations (or an evaluation beside a training run) can share one GPU."""
+    evaluations (or an evaluation beside a training run) can share one GPU; `vllm_kv_cache_gib` > 0: a KV
+    cache of that size without vLLM's start-up memory profile (which aborts when another process on the
+    GPU frees memory while it runs)."""
     model, tokenizer = load_policy_model(name, dtype, device)
     if wants_vllm(generation_mode, device):
         path = Path(name).expanduser()
@@ -179,6 +182,7 @@ def load_model_engine(
             max_model_len=context_tokens,
             dtype="bfloat16",
             gpu_memory_utilization=vllm_memory,
+            **({"kv_cache_memory_bytes": int(vllm_kv_cache_gib * 2**30)} if vllm_kv_cache_gib else {}),
         )
         return ModelEngine(model, tokenizer, backend, vllm_service(backend.llm))
     mode = "plain" if generation_mode in ("auto", "vllm") else generation_mode
@@ -281,10 +285,13 @@ class DirectPolicy:
         label: str | None = None,
         generation_mode: str = "auto",
         vllm_memory: float = 0.3,
+        vllm_kv_cache_gib: float = 0.0,
     ) -> None:
         self.model_name = model
         window = context_tokens or context_window(model, None)
-        self.engine = load_model_engine(model, dtype, device, generation_mode, window, vllm_memory)
+        self.engine = load_model_engine(
+            model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
+        )
         self.model, self.tokenizer, self.backend = (
             self.engine.model,
             self.engine.tokenizer,
@@ -346,10 +353,13 @@ class RLMPolicy:
         label: str | None = None,
         generation_mode: str = "auto",
         vllm_memory: float = 0.3,
+        vllm_kv_cache_gib: float = 0.0,
     ) -> None:
         self.model_name, self.max_turns = model, max_turns
         window = context_tokens or context_window(model, None)
-        self.engine = load_model_engine(model, dtype, device, generation_mode, window, vllm_memory)
+        self.engine = load_model_engine(
+            model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
+        )
         self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
         self.chat = ChatFormat(self.tokenizer)
         self.context_tokens = context_tokens or context_window(model, self.model)

@@ -4,6 +4,8 @@ An eval row is one JSON object per task (see `fathom.eval.runner`); `summarize(r
 ``all``, ``family/<name>`` and ``length/<bucket>`` and reports for each: n, correct, accuracy with its 95%
 Wilson interval, and the mean reward, policy tokens, cost, sub-calls, turns and wall time.
 
+`paired(a, b)` compares two policies on the same tasks (exact McNemar test on the tasks where they differ).
+
 Length buckets are the smallest power of two (in tokens) at or above a task's nominal length, named like
 task tiers ("8K", "128K"): built datasets land exactly on their tier, hand-written files on the tier above.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fathom.tasks.haystack import format_length
@@ -95,3 +98,38 @@ def groups(summary: Mapping[str, Any], kind: str) -> dict[str, Mapping[str, floa
     """The ``family`` or ``length`` groups of a summary, keyed by bare name, in summary order."""
     prefix = f"{kind}/"
     return {k[len(prefix) :]: v for k, v in summary.items() if k.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two policies on the same tasks: how many each got right where the other did not, and the exact
+    two-sided McNemar p-value of that split (a binomial test on the discordant tasks, at p = 1/2)."""
+
+    n: int  # tasks both were evaluated on
+    only_a: int  # right by A, wrong by B
+    only_b: int
+    p_value: float
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Exact two-sided McNemar p-value for `only_a` vs `only_b` discordant pairs (1.0 when there are none)."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> Paired:
+    """McNemar over the tasks (by ``id``) that both row sets hold; a task missing from either is refused,
+    since a comparison over different task sets is not paired."""
+    right_a = {r["id"]: bool(r["correct"]) for r in a}
+    right_b = {r["id"]: bool(r["correct"]) for r in b}
+    if set(right_a) != set(right_b):
+        missing = sorted(set(right_a) ^ set(right_b))
+        raise ValueError(f"paired comparison needs the same tasks; {len(missing)} differ, e.g. {missing[:3]}")
+    only_a = sum(right_a[i] and not right_b[i] for i in right_a)
+    only_b = sum(right_b[i] and not right_a[i] for i in right_a)
+    return Paired(len(right_a), only_a, only_b, mcnemar_exact(only_a, only_b))

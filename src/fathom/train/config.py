@@ -90,6 +90,9 @@ class RolloutSection:
     max_cache_len: int = 8192  # static mode
     vllm_gpu_memory_utilization: float = 0.3  # the colocated engine's share of the GPU (weights + KV cache)
     vllm_max_model_len: int = 8192  # prompt + completion, for the engine's KV cache
+    # > 0: a KV cache of this many GiB, sized without vLLM's start-up memory profile, which aborts when another
+    # process on the same GPU frees memory while it runs (runs and evaluations sharing one GPU); 0 = profiled
+    vllm_kv_cache_gib: float = 0.0
     # continuous: each turn goes to the engine when ready; turns: every live episode's turn in one batch
     # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
     # turns with HF generate
@@ -112,7 +115,9 @@ class RolloutSection:
 
     def __post_init__(self) -> None:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
-        _positive("rollout", self, "temperature", "top_k", "max_subcall_rows", allow_zero=True)
+        _positive(
+            "rollout", self, "temperature", "top_k", "max_subcall_rows", "vllm_kv_cache_gib", allow_zero=True
+        )
         _one_of("rollout", "generation_mode", self.generation_mode, ("auto", "vllm", *MODES))
         _one_of("rollout", "batching", self.batching, ("auto", "continuous", "turns"))
         if not 0 < self.vllm_gpu_memory_utilization < 1:

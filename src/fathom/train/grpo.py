@@ -18,10 +18,12 @@ Run dir: ``config.toml``, ``metrics.jsonl``, ``traces.jsonl``, ``control.json`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,27 @@ def vllm_arguments(config: TrainConfig, device: str) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def fixed_kv_cache(gib: float) -> Iterator[None]:
+    """While TRL builds its colocated engine: a KV cache of `gib` GiB (``rollout.vllm_kv_cache_gib``).
+
+    TRL 1.16 passes vLLM no KV-cache size, so vLLM sizes it by profiling the GPU's free memory at start-up,
+    and aborts if another process frees memory meanwhile; a fixed size skips that profile. TRL builds the
+    engine with ``vllm.LLM`` as imported in `trl.generation.vllm_generation`, so that name is wrapped for
+    the duration of the trainer's construction only."""
+    if not gib:
+        yield
+        return
+    import trl.generation.vllm_generation as generation
+
+    original = generation.LLM
+    generation.LLM = functools.partial(original, kv_cache_memory_bytes=int(gib * 2**30))
+    try:
+        yield
+    finally:
+        generation.LLM = original
+
+
 def build_grpo(
     config: TrainConfig, extra_reward_funcs: Sequence[Callable[..., list[float | None]]] = ()
 ) -> GRPORun:
@@ -228,14 +251,15 @@ def build_grpo(
         log_completions=False,
     )
     trainer_cls = _trainer_class()
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=[fathom_reward, *extra_reward_funcs],
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        rollout_func=rollout,
-    )
+    with fixed_kv_cache(config.rollout.vllm_kv_cache_gib if args.use_vllm else 0.0):
+        trainer = trainer_cls(
+            model=model,
+            reward_funcs=[fathom_reward, *extra_reward_funcs],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollout,
+        )
     if trainer.accelerator.num_processes != dist.num_processes:  # the slot count above assumed dist's world
         raise RuntimeError(
             f"the trainer runs {trainer.accelerator.num_processes} processes but the run was set up for "
