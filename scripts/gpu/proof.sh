@@ -31,11 +31,11 @@ RECIPE=configs/smollm2-135m-gpu.toml
 BUDGET_S=${PROOF_BUDGET_S:-1440}
 case ${PROOF_SCALE:-full} in
   full)  # held-out: 3 tasks per family x length on the 20 training families, 6 on the 7 unseen ones
-    HELDOUT=240 UNSEEN=168 LENGTHS=(8K 32K 128K 400K) TRAIN=840 EVAL=60 SFT_TASKS=640 SFT_EPOCHS=3
-    TURNS=10 NEW=384 TOTAL=8192 SFT_BATCH=8 SFT_EVAL_EVERY=20 MICRO=4 ACCUM=4 EVAL_BATCH=84 MEM=0.1
+    HELDOUT=240 UNSEEN=168 LENGTHS=(8K 32K 128K 400K) TRAIN=840 EVAL=60 SFT_TASKS=512 SFT_EPOCHS=3
+    TURNS=10 NEW=384 TOTAL=8192 SFT_BATCH=8 SFT_EVAL_EVERY=20 MICRO=4 ACCUM=4 EVAL_BATCH=120 MEM=0.1
     FINAL_RESERVE_S=270 ;;
   tiny)
-    HELDOUT=20 UNSEEN=7 LENGTHS=(8K) TRAIN=40 EVAL=8 SFT_TASKS=12 SFT_EPOCHS=1
+    HELDOUT=20 UNSEEN=7 LENGTHS=(8K) TRAIN=240 EVAL=8 SFT_TASKS=12 SFT_EPOCHS=1
     TURNS=2 NEW=48 TOTAL=2048 SFT_BATCH=4 SFT_EVAL_EVERY=2 MICRO=4 ACCUM=2 EVAL_BATCH=27 MEM=0.1
     FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
@@ -65,8 +65,10 @@ evaluate() { # NAME POLICY MODEL LABEL: both held-out splits, one model load; th
     --dtype "$EVAL_DTYPE" --vllm-memory "$MEM" --vllm-kv-cache-gib "$KV_GIB" --overwrite --no-progress \
     > "$D/logs/eval-$1.log" 2>&1
   for out in "$D/eval/$1" "$D/eval/$1-unseen"; do keep "$out/summary.json" "$out/eval.jsonl"; done
-  head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
-  keep "$D/eval/$1-unseen/traces_sample.jsonl"
+  if [ -f "$D/eval/$1-unseen/traces.jsonl" ]; then  # whole episodes of the unseen families (rlm rows)
+    head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
+    keep "$D/eval/$1-unseen/traces_sample.jsonl"
+  fi
 }
 
 stage_data() {
@@ -115,10 +117,12 @@ stage_grpo() { grpo_run grpo true "$(grpo_minutes)"; }
 stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)"; }
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
-stage_report() {
-  mkdir -p "$D/grpo/evals"
-  for e in "$D"/eval/*/; do ln -sfn "$e" "$D/grpo/evals/$(basename "$e")"; done
-  fathom report "$D/grpo" --out "$D/report" > "$D/logs/report.log" 2>&1
+stage_report() { # the trained-sub-calls run's report (the masked run's if that one did not finish)
+  local run="$D/grpo"
+  [ -f "$run/summary.json" ] || run="$D/grpo-masked"
+  mkdir -p "$run/evals"
+  for e in "$D"/eval/*/; do ln -sfn "$e" "$run/evals/$(basename "$e")"; done
+  fathom report "$run" --out "$D/report" > "$D/logs/report.log" 2>&1
   keep "$D"/report/*.png
   return 0
 }
@@ -127,19 +131,25 @@ stage_pack() { # one archive of everything kept (the device returns at most 8 fi
   tar -czf "$D/proof.tgz" -C "$D" keep logs
   ls -la "$D/proof.tgz"
 }
-run_stage() { local s=$1 t; t=$(date +%s); log "stage $s start"; "stage_$s"; log "stage $s done in $(($(date +%s) - t)) s"; }
+# A stage of the pipeline runs as its own invocation of this script, so that `set -e` holds inside it (bash
+# ignores errexit in functions called from `&&`, `||` or `if`), and its status is what the pipeline sees.
+step() {
+  local t; t=$(date +%s); log "stage $1 start"
+  if bash scripts/gpu/proof.sh "$1"; then log "stage $1 done in $(($(date +%s) - t)) s"
+  else log "stage $1 FAILED after $(($(date +%s) - t)) s (log: $D/logs)"; return 1; fi
+}
 stage_pipeline() {
   export PROOF_DEADLINE=${PROOF_DEADLINE:-$(( $(date +%s) + BUDGET_S ))}
-  run_stage data
-  run_stage baselines & local baselines=$!
-  run_stage sft
-  run_stage sft_eval & local sft_eval=$!
-  { run_stage grpo && run_stage final; } & local trained=$!
-  { run_stage grpo_masked && run_stage final_masked; } & local masked=$!
+  step data || return 1
+  step baselines & local baselines=$!
+  step sft || { wait; step pack; return 1; }
+  step sft_eval & local sft_eval=$!
+  { step grpo && step final; } & local trained=$!
+  { step grpo_masked && step final_masked; } & local masked=$!
   local status=0
   for pid in $baselines $sft_eval $trained $masked; do wait "$pid" || status=1; done
-  run_stage report || status=1
-  run_stage pack
+  step report || status=1
+  step pack
   return $status
 }
 
@@ -166,4 +176,4 @@ case $1 in
     fi
     exit 0 ;;
 esac
-for stage in "$@"; do run_stage "$stage"; done
+for stage in "$@"; do "stage_$stage"; done

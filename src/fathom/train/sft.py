@@ -44,7 +44,7 @@ from fathom.train.configfile import dump_toml
 from fathom.train.runlog import JsonlWriter, read_jsonl, report_to
 from fathom.train.sft_stopping import HeldoutStopping
 
-BATCH = 16  # episodes in flight at once while collecting
+BATCH = 64  # episodes in flight at once while collecting (scripted teachers: the sandboxes are the cost)
 LOSS_PROBE = 64  # transcripts the before/after assistant loss is measured on
 
 
