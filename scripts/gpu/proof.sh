@@ -91,7 +91,9 @@ stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"
 stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
 stage_baselines() { stage_direct & stage_untrained & wait; }
 stage_sft_eval() { evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"; }
-grpo_run() { # DIR TRAIN_SUBCALLS MINUTES: LoRA GRPO on the SFT model; resumes from DIR's newest checkpoint
+grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT model; resumes from DIR's newest
+  # checkpoint. PORT: TRL's colocated vLLM opens a torch.distributed store, one port per run on the machine
+  export MASTER_PORT=$4
   fathom grpo --config "$RECIPE" --run.run_dir="$D/$1" --run.device="$DEVICE" --model.name="$MODEL" \
     --run.seed="$GRPO_SEED" --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$3" --grpo.max_steps=1000 \
@@ -102,7 +104,7 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES: LoRA GRPO on the SFT model; resumes f
     --model.dtype=bfloat16 --rollout.max_turns="$TURNS" --rollout.max_new_tokens="$NEW" \
     --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
     --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
-    --rollout.train_subcalls="$2" ${GRPO_ARGS:-} \
+    --rollout.train_subcalls="$2" ${5:-} ${GRPO_ARGS:-} \
     > "$D/logs/$1.log" 2>&1
   keep "$D/$1/summary.json" "$D/$1/metrics.jsonl" "$D/$1/config.toml"
   { head -n 32 "$D/$1/traces.jsonl"; tail -n 64 "$D/$1/traces.jsonl"; } > "$D/$1/traces_sample.jsonl"
@@ -113,8 +115,10 @@ grpo_minutes() { # what is left of the budget, less the final evaluations and th
   [ "$left" -gt 60 ] || left=60
   awk "BEGIN { printf \"%.1f\", $left / 60 }"
 }
-stage_grpo() { grpo_run grpo true "$(grpo_minutes)"; }
-stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)"; }
+# the sub-call rows widen the loss's micro-batches (run 3: 88.8 GiB at 16 sub-call rows a step, beside the
+# masked run): at most 8 a step
+stage_grpo() { grpo_run grpo true "$(grpo_minutes)" 29517 --rollout.max_subcall_rows=8; }
+stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)" 29527; }
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
 stage_report() { # the trained-sub-calls run's report (the masked run's if that one did not finish)

@@ -100,21 +100,22 @@ def floors(found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, An
         d = found.get(name, {}).get(split)
         return None if d is None else d["groups"]["all"]["accuracy"]
 
+    grpo = "rlm-grpo" if "rlm-grpo" in found else "rlm-grpo-masked"  # the SFT+GRPO run that finished
     grpo_u, direct_u, sft_u, grpo_s = (
-        acc("rlm-grpo", "heldout_unseen"),
+        acc(grpo, "heldout_unseen"),
         acc("direct", "heldout_unseen"),
         acc("rlm-sft", "heldout_unseen"),
-        acc("rlm-grpo", "heldout"),
+        acc(grpo, "heldout"),
     )
-    test = next(
-        (t for t in tests if (t["a"], t["b"], t["split"]) == ("rlm-grpo", "rlm-sft", "heldout_unseen")), None
-    )
+    key = (grpo, "rlm-sft", "heldout_unseen")
+    test = next((t for t in tests if (t["a"], t["b"], t["split"]) == key), None)
 
     def check(value: float | None, ok: bool | None) -> dict[str, Any]:
         return {"value": value, "met": ok}
 
     both = grpo_u is not None and direct_u is not None
     return {
+        "grpo_run": grpo,
         "unseen_grpo_at_least_30pct": check(grpo_u, None if grpo_u is None else grpo_u >= 0.30),
         "unseen_grpo_20_points_over_direct": check(
             None if not both else grpo_u - direct_u, None if not both else grpo_u - direct_u >= 0.20

@@ -239,6 +239,7 @@ def build_grpo(
         scale_rewards=g.scale_rewards,
         mask_truncated_completions=g.mask_truncated_completions,
         **vllm_arguments(config, device),
+        vllm_importance_sampling_mode=g.vllm_importance_sampling,
         bf16=use_bf16(g.bf16, device),
         use_cpu=device == "cpu",
         gradient_checkpointing=config.model.gradient_checkpointing,
