@@ -13,6 +13,12 @@ from fathom.train.configfile import load_config
 from fathom.train.grpo import run_grpo
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny-cpu.toml"
+FAST = [  # the tests' GRPO runs: small and quick on a CPU
+    "--grpo.per_device_train_batch_size=2",  # one group of two rollouts per step
+    "--rollout.max_new_tokens=24",
+    "--rollout.max_total_tokens=160",
+    "--logging.progress=false",
+]
 
 
 def varied_reward(completion_ids: list[list[int]], **_: object) -> list[float]:

@@ -30,14 +30,7 @@ from fathom.train.tasksource import slot_prompt
 HERE = Path(__file__).parent
 TINY = HERE.parents[1] / "configs" / "tiny-cpu.toml"
 sys.path.insert(0, str(HERE))
-from grpo_driver import varied_reward  # noqa: E402
-
-FAST = [
-    "--grpo.per_device_train_batch_size=2",  # one group of two rollouts per step
-    "--rollout.max_new_tokens=24",
-    "--rollout.max_total_tokens=160",
-    "--logging.progress=false",
-]
+from grpo_driver import FAST, varied_reward  # noqa: E402
 
 
 class ControlWriter(TrainerCallback):
@@ -186,7 +179,9 @@ def test_environment_tokens_get_zero_gradient(tmp_path):
     run = build_grpo(config)
     trainer = run.trainer
     # vLLM's correction, when vLLM generates, is per token (a sequence ratio sums a long completion's noise)
-    assert trainer.args.vllm_importance_sampling_mode == config.grpo.vllm_importance_sampling == "token_truncate"
+    assert (
+        trainer.args.vllm_importance_sampling_mode == config.grpo.vllm_importance_sampling == "token_truncate"
+    )
     inputs = trainer._generate_and_score_completions([{"prompt": slot_prompt(0)}] * 2)
     completion, tool = inputs["completion_mask"], inputs["tool_mask"]
     env = (completion == 1) & (tool == 0)

@@ -30,16 +30,10 @@ from fathom.train.tasksource import slot_prompt
 HERE = Path(__file__).parent
 TINY = HERE.parents[1] / "configs" / "tiny-cpu.toml"
 sys.path.insert(0, str(HERE))
+from grpo_driver import FAST as DRIVER_FAST  # noqa: E402
 from grpo_driver import varied_reward  # noqa: E402
 
-FAST = [
-    "--grpo.per_device_train_batch_size=2",  # one group of two rollouts per step
-    "--rollout.max_new_tokens=24",
-    "--rollout.max_total_tokens=160",
-    "--rollout.sub_max_new_tokens=8",
-    "--logging.progress=false",
-    "--rollout.train_subcalls=true",
-]
+FAST = [*DRIVER_FAST, "--rollout.sub_max_new_tokens=8", "--rollout.train_subcalls=true"]
 QUESTIONS = ("What is the key?", "Which value is named?")
 
 
