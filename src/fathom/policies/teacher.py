@@ -101,7 +101,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     if shape and table_plan:
         yield table_cell(rng, shape, table_plan)
         return
-    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.names, *q.things]))[:8]
+    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
@@ -124,7 +124,7 @@ def _aggregate_question(q: Question) -> bool:
 
 def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
-    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
+    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.snake, *q.names]) if hits.get(t, (0, []))[0] > 0]
     keys = named
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
