@@ -29,6 +29,8 @@ from fathom.policies.moves import READ_MARK, turn
 CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
+OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find
+ODD_MAX = 3  # more lines than this unlike a name's other mentions: it has no one defining line
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
 
 
@@ -130,8 +132,44 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
-    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+def defined_cell(rng: random.Random, q: Question, context: int) -> str:
+    """After a follow cut (it defines `hit`, `low` and `paragraph`) found nothing: keep the hits again (with
+    `context` neighbours and their paragraphs) and, instead of every line each name in them reaches, only
+    where the name is defined: the line that mentions it unlike its other lines (an address's directory row
+    among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
+    read those lines as `read_cell` does (in one cell: the move costs a single turn)."""
+    code = f"""
+from collections import Counter
+keep = set()
+for i in hit:
+    keep.update(range(max(0, i - {context}), min(len(lines), i + {context} + 1)))
+    keep.update(paragraph(i))
+names = {{t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
+names = {{t for t in names if len(t) >= 5 and ctx.count(t) <= {OFTEN_MAX} and t.lower() not in low}}
+for t in sorted(names):
+    at = [i for i, line in enumerate(lines) if t in line]
+    shape = [lines[i].split()[0] for i in at]
+    seen = Counter(shape)
+    odd = [i for i, s in zip(at, shape) if seen[s] == 1]
+    if len(odd) <= {ODD_MAX}:
+        for i in odd:
+            keep.update(paragraph(i))
+kept = sorted(keep)
+print(len(names), "names;", len(kept), "lines kept")
+"""
+    return turn(
+        rng,
+        (
+            "Following every mention kept too much, or not the right lines. A name is defined once, in a line "
+            "unlike its other mentions: I keep the hits and, for each name they use, that line.",
+            "Nothing found. Instead of every line a name reaches, I keep only where each name in the hits is "
+            "defined: the one line that mentions it unlike the others.",
+        ),
+        code + _read_code(rng, q),
+    )
+
+
+def _read_code(rng: random.Random, q: Question) -> str:
     ask = rng.choice(
         (
             "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
@@ -139,6 +177,16 @@ def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
             "Read this part of a document and answer the question exactly; nothing else.",
         )
     )
+    return f"""
+chunks = chunked(kept)
+replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+print(len(chunks), "chunks read")
+print("replies:", [r.strip()[:200] for r in replies])
+"""
+
+
+def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
     code = ""
     if "chunked" not in defined:
         defined.add("chunked")
@@ -156,12 +204,7 @@ def chunked(kept):
         size += len(lines[i]) + 1
     return chunks + ["\\n".join(piece)] if piece else chunks
 """
-    code += f"""
-chunks = chunked(kept)
-replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
-print(len(chunks), "chunks read")
-print("replies:", [r.strip()[:200] for r in replies])
-"""
+    code += _read_code(rng, q)
     return turn(
         rng,
         (
