@@ -127,7 +127,9 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
     snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
-    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0]
+    named = [
+        t for t in dict.fromkeys([*q.quoted, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0
+    ]
     keys = named
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
