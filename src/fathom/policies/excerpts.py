@@ -132,13 +132,21 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def defined_cell(rng: random.Random, q: Question, context: int) -> str:
+def defined_cell(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> str:
     """After a follow cut (it defines `hit`, `low` and `paragraph`) found nothing: keep the hits again (with
-    `context` neighbours and their paragraphs) and, instead of every line each name in them reaches, only
+    `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
+    often than another is vocabulary) and, instead of every line each name in them reaches, only
     where the name is defined: the line that mentions it unlike its other lines (an address's directory row
     among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
     read those lines as `read_cell` does (in one cell: the move costs a single turn)."""
-    code = f"""
+    code = (
+        ""
+        if not rare
+        else f"""
+rare = [k.lower() for k in {list(rare)!r}]
+hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in rare)]"""
+    )
+    code += f"""
 from collections import Counter
 keep = set()
 for i in hit:

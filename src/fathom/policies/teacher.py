@@ -157,7 +157,8 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
         if cut.follow:
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
             # used too often to follow); keep instead where each name in the hits is defined, and read again.
-            obs = yield defined_cell(rng, q, cut.context)
+            rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
+            obs = yield defined_cell(rng, q, cut.context, rare if 0 < len(rare) < len(cut.keys) else ())
             last = _number(r"(\d+) lines kept", obs)
             if (yield from _answer(q, rng, obs)):
                 return True
