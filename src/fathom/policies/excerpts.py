@@ -30,6 +30,9 @@ CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() 
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
 OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find
+TURN_CHARS = (
+    1200  # a cell longer than this may pass the 512 new tokens a turn is cut at (about 2.8 chars a token)
+)
 ODD_MAX = 3  # more lines than this unlike a name's other mentions: it has no one defining line
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
 
@@ -132,49 +135,41 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def defined_cell(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> str:
+def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> list[str]:
     """After a follow cut (it defines `hit`, `low` and `paragraph`) found nothing: keep the hits again (with
     `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
     often than another is vocabulary) and, instead of every line each name in them reaches, only
     where the name is defined: the line that mentions it unlike its other lines (an address's directory row
     among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
-    read those lines as `read_cell` does (in one cell: the move costs a single turn)."""
-    code = (
-        ""
-        if not rare
-        else f"""
+    read those lines as `read_cell` does, in the same cell (one turn) unless that cell would be longer than
+    `TURN_CHARS` (a long question): then in a second one."""
+    code = ""
+    if rare:
+        code = f"""
 rare = [k.lower() for k in {list(rare)!r}]
 hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in rare)]"""
-    )
+    near = f"*range(max(0, i - {context}), min(len(lines), i + {context + 1})), " if context else ""
     code += f"""
-from collections import Counter
-keep = set()
-for i in hit:
-    keep.update(range(max(0, i - {context}), min(len(lines), i + {context} + 1)))
-    keep.update(paragraph(i))
+keep = {{j for i in hit for j in [{near}*paragraph(i)]}}
 names = {{t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
-names = {{t for t in names if len(t) >= 5 and ctx.count(t) <= {OFTEN_MAX} and t.lower() not in low}}
+names = {{t for t in names if len(t) >= 5 and t.lower() not in low and ctx.count(t) <= {OFTEN_MAX}}}
 for t in sorted(names):
     at = [i for i, line in enumerate(lines) if t in line]
     shape = [lines[i].split()[0] for i in at]
-    seen = Counter(shape)
-    odd = [i for i, s in zip(at, shape) if seen[s] == 1]
+    odd = [i for i, s in zip(at, shape) if shape.count(s) == 1]
     if len(odd) <= {ODD_MAX}:
-        for i in odd:
-            keep.update(paragraph(i))
+        keep.update(j for i in odd for j in paragraph(i))
 kept = sorted(keep)
 print(len(names), "names;", len(kept), "lines kept")
 """
-    return turn(
-        rng,
-        (
-            "Following every mention kept too much, or not the right lines. A name is defined once, in a line "
-            "unlike its other mentions: I keep the hits and, for each name they use, that line.",
-            "Nothing found. Instead of every line a name reaches, I keep only where each name in the hits is "
-            "defined: the one line that mentions it unlike the others.",
-        ),
-        code + _read_code(rng, q),
+    thoughts = (
+        "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
+        "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
     )
+    read = _read_code(rng, q)
+    if len(code + read) <= TURN_CHARS:
+        return [turn(rng, thoughts, code + read)]
+    return [turn(rng, thoughts, code), read_cell(rng, q, {"chunked"})]
 
 
 def _read_code(rng: random.Random, q: Question) -> str:

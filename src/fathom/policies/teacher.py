@@ -29,7 +29,7 @@ from fathom.policies.excerpts import (
     Cut,
     combine,
     cut_cell,
-    defined_cell,
+    defined_cells,
     needs_neighbours,
     parse_replies,
     read_cell,
@@ -158,7 +158,8 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
             # used too often to follow); keep instead where each name in the hits is defined, and read again.
             rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
-            obs = yield defined_cell(rng, q, cut.context, rare if 0 < len(rare) < len(cut.keys) else ())
+            for cell in defined_cells(rng, q, cut.context, rare if 0 < len(rare) < len(cut.keys) else ()):
+                obs = yield cell
             last = _number(r"(\d+) lines kept", obs)
             if (yield from _answer(q, rng, obs)):
                 return True
