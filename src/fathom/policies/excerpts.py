@@ -5,8 +5,10 @@ and combine the replies in code.
 their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
 names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
-on line boundaries and asks `llm_batch` the question once per chunk. With no key terms every line is
-kept: a map over the whole document.
+on line boundaries and asks `llm_batch` the question once per chunk. When a follow cut finds nothing,
+`defined_cells` keeps the hits again with, for each name they use, only the line where it is defined (the
+one line unlike its other mentions: a sender's directory row among the headers of its messages). With
+no key terms every line is kept: a map over the whole document.
 `combine` writes the cell that reduces the printed replies as the question asks (a count adds up, a
 yes/no question is yes if any chunk says so, a list is the union, a least/greatest value is the min/max,
 anything else is the reply most chunks agree on).
@@ -29,6 +31,11 @@ from fathom.policies.moves import READ_MARK, turn
 CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
+OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find
+TURN_CHARS = (
+    1200  # a cell longer than this may pass the 512 new tokens a turn is cut at (about 2.8 chars a token)
+)
+ODD_MAX = 3  # more lines than this unlike a name's other mentions: it has no one defining line
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
 
 
@@ -130,8 +137,44 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
-    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> list[str]:
+    """After a follow cut (it defines `hit`, `low` and `paragraph`) found nothing: keep the hits again (with
+    `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
+    often than another is vocabulary) and, instead of every line each name in them reaches, only
+    where the name is defined: the line that mentions it unlike its other lines (an address's directory row
+    among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
+    read those lines as `read_cell` does, in the same cell (one turn) unless that cell would be longer than
+    `TURN_CHARS` (a long question): then in a second one."""
+    code = ""
+    if rare:
+        code = f"""
+rare = [k.lower() for k in {list(rare)!r}]
+hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in rare)]"""
+    near = f"*range(max(0, i - {context}), min(len(lines), i + {context + 1})), " if context else ""
+    code += f"""
+keep = {{j for i in hit for j in [{near}*paragraph(i)]}}
+names = {{t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
+names = {{t for t in names if len(t) >= 5 and t.lower() not in low and ctx.count(t) <= {OFTEN_MAX}}}
+for t in sorted(names):
+    at = [i for i, line in enumerate(lines) if t in line]
+    shape = [lines[i].split()[0] for i in at]
+    odd = [i for i, s in zip(at, shape) if shape.count(s) == 1]
+    if len(odd) <= {ODD_MAX}:
+        keep.update(j for i in odd for j in paragraph(i))
+kept = sorted(keep)
+print(len(names), "names;", len(kept), "lines kept")
+"""
+    thoughts = (
+        "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
+        "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
+    )
+    read = _read_code(rng, q)
+    if len(code + read) <= TURN_CHARS:
+        return [turn(rng, thoughts, code + read)]
+    return [turn(rng, thoughts, code), read_cell(rng, q, {"chunked"})]
+
+
+def _read_code(rng: random.Random, q: Question) -> str:
     ask = rng.choice(
         (
             "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
@@ -139,6 +182,16 @@ def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
             "Read this part of a document and answer the question exactly; nothing else.",
         )
     )
+    return f"""
+chunks = chunked(kept)
+replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+print(len(chunks), "chunks read")
+print("replies:", [r.strip()[:200] for r in replies])
+"""
+
+
+def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
     code = ""
     if "chunked" not in defined:
         defined.add("chunked")
@@ -156,12 +209,7 @@ def chunked(kept):
         size += len(lines[i]) + 1
     return chunks + ["\\n".join(piece)] if piece else chunks
 """
-    code += f"""
-chunks = chunked(kept)
-replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
-print(len(chunks), "chunks read")
-print("replies:", [r.strip()[:200] for r in replies])
-"""
+    code += _read_code(rng, q)
     return turn(
         rng,
         (

@@ -24,6 +24,8 @@ IDENT = re.compile(
 QUOTED = re.compile(r"'([^']{2,80})'|\"([^\"]{2,80})\"|\u201c([^\u201d]{2,80})\u201d|`([^`]{2,80})`")
 HEADING = re.compile(r"^([^\w\s]{1,4} ?)\S")
 NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]{2,}\b")  # a capitalised word inside a sentence
+# A lowercase name joined by underscores (``sync_pine``, ``chunk_size``): a word search splits it apart.
+SNAKE = re.compile(r"(?<![\w.@-])_?[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w@-])")
 _STOP_WORDS = (
     "the and that this with from have what which where when into your there their about other they been "
     "more most less least same only each every list give answer number text above below provided"
@@ -43,6 +45,7 @@ class Question:
     listing: bool  # "list every", "all ... separated by commas"
     pairs: bool
     stated_total: int | None  # "among the 3,744 questions", "a story of 23 facts"
+    snake: tuple[str, ...] = ()  # "sync_pine": names in code or data, searched whole
 
     @property
     def words(self) -> list[str]:
@@ -77,6 +80,7 @@ def read_question(text: str) -> Question:
         ),
         pairs="pairs of" in lower,
         stated_total=stated,
+        snake=tuple(t for t in dict.fromkeys(SNAKE.findall(text)) if t not in anchors),
     )
 
 

@@ -105,7 +105,7 @@ while todo:
         if term in line and edge.search(line) and i not in reached:
             reached.add(i)
             for token in re.findall(r"[\\w-]+", line):
-                if re.search(r"\\d|^[A-Z]{{3,}}$|[a-z]-[a-z]", token) and ctx.count(token) <= {limit}:
+                if re.search(r"\\d|^[A-Z][A-Z0-9_]{{2,}}$|[a-z]-[a-z]", token) and ctx.count(token) <= {limit}:
                     todo.append(token)
 reached = sorted(reached)
 print(len(reached), "lines reached")

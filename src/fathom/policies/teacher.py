@@ -29,6 +29,7 @@ from fathom.policies.excerpts import (
     Cut,
     combine,
     cut_cell,
+    defined_cells,
     needs_neighbours,
     parse_replies,
     read_cell,
@@ -101,7 +102,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     if shape and table_plan:
         yield table_cell(rng, shape, table_plan)
         return
-    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.names, *q.things]))[:8]
+    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
@@ -124,7 +125,11 @@ def _aggregate_question(q: Question) -> bool:
 
 def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
-    named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
+    # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
+    snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
+    named = [
+        t for t in dict.fromkeys([*q.quoted, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0
+    ]
     keys = named
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
@@ -147,15 +152,36 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
         if not kept or kept == last:
             continue  # nothing, or the same lines as the last cut: no new reading to do
         last = kept
-        obs = yield read_cell(rng, q, defined)
-        replies = parse_replies(obs)
-        if replies is None:
-            continue
-        missing = MISSING if MISSING in obs.lower() else ""
-        answers = useful(replies, missing)
-        if answers:
-            yield combine(rng, q, answers, missing)
+        if (yield from _read_kept(q, rng, defined)):
             return True
+        if cut.follow:
+            # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
+            # used too often to follow); keep instead where each name in the hits is defined, and read again.
+            rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
+            for cell in defined_cells(rng, q, cut.context, rare if 0 < len(rare) < len(cut.keys) else ()):
+                obs = yield cell
+            last = _number(r"(\d+) lines kept", obs)
+            if (yield from _answer(q, rng, obs)):
+                return True
+    return False
+
+
+def _read_kept(q: Question, rng: random.Random, defined: set[str]) -> Generator[str, str, bool]:
+    """Have llm() read the kept lines in chunks and FINAL the combined replies; True once FINAL is sent."""
+    obs = yield read_cell(rng, q, defined)
+    return (yield from _answer(q, rng, obs))
+
+
+def _answer(q: Question, rng: random.Random, obs: str) -> Generator[str, str, bool]:
+    """FINAL the replies a reading cell printed, combined, if any is an answer; True once FINAL is sent."""
+    replies = parse_replies(obs)
+    if replies is None:
+        return False
+    missing = MISSING if MISSING in obs.lower() else ""
+    answers = useful(replies, missing)
+    if answers:
+        yield combine(rng, q, answers, missing)
+        return True
     return False
 
 
