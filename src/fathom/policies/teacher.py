@@ -25,6 +25,7 @@ import re
 from collections.abc import Generator
 
 from fathom.policies import moves
+from fathom.policies.blocks import filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
     Cut,
     combine,
@@ -105,6 +106,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
+    yield from _compute(q, rng, sight, hits)
     found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
@@ -114,6 +116,15 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
         return
     elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
         yield from _keywords(q, rng)
+
+
+def _compute(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Play:
+    """Answer in code when the question and the hits show how (`fathom.policies.blocks`); a cell that
+    finds nothing does not FINAL, and the teacher goes on to read."""
+    if counting := part_count_plan(q, sight, hits):
+        yield part_count_cell(rng, counting)
+    if listing := filter_plan(q, hits):
+        yield filter_cell(rng, listing)
 
 
 def _aggregate_question(q: Question) -> bool:
