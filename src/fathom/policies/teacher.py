@@ -107,12 +107,16 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     yield from _compute(q, rng, sight, hits)
-    found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
+    found = _rare_first([t for t in q.anchors if hits.get(t, (0, []))[0] > 0], hits, FOLLOW_LIMIT)
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
-    elif found and (yield from _follow(q, rng, found, llm_ok)):
+    elif (
+        found
+        and not _heading_prefixes(found, hits, sight.heading_prefixes())
+        and (yield from _follow(q, rng, found, llm_ok))
+    ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
     elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
         yield from _keywords(q, rng)
@@ -127,6 +131,18 @@ def _compute(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Play:
         yield filter_cell(rng, listing)
 
 
+def _rare_first(terms: list[str], hits: dict, limit: int) -> list[str]:
+    """The terms found at most `limit` times, when there are any: a term found everywhere is vocabulary
+    (a key every record sets), and the rare ones say where to look."""
+    return [t for t in terms if hits.get(t, (0, []))[0] <= limit] or terms
+
+
+def _heading_prefixes(keys: list[str], hits: dict, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The heading prefixes that every shown hit line of the keys opens with: the keys name headings."""
+    shown = [line for k in keys for line in hits.get(k, (0, []))[1]]
+    return tuple(p for p in prefixes if shown and all(line.startswith(p) for line in shown))
+
+
 def _aggregate_question(q: Question) -> bool:
     """A count, a list or a yes/no question: every part of the document may add to the answer."""
     lower = q.text.lower()
@@ -136,7 +152,7 @@ def _aggregate_question(q: Question) -> bool:
 def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
-    keys = named
+    keys = named if _aggregate_question(q) else _rare_first(named, hits, RARE_HITS)
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
         keys = [t for _, t in sorted(rare)[:2]]
@@ -144,7 +160,8 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     prefixes = sight.heading_prefixes()
     cuts = []
     if keys:
-        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True))
+        scope = _heading_prefixes(keys, hits, prefixes)
+        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True, scope=scope))
         if prefixes:
             cuts.append(Cut(tuple(keys), context=1 if near else 0, headings=prefixes))
             cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
