@@ -105,7 +105,7 @@ def _scope_code(cut: Cut) -> str:
     a reader would take them for part of the section they land after."""
     code = f"""
 def section(i):  # a heading's section, to the next heading of its kind (kept: where it ends); else nothing
-    head = [p for p in {cut.scope!r} if lines[i].startswith(p)]
+    head = [p for p in {cut.scope!r} if lines[i].startswith(p) and len(lines[i]) < 100]
     b = i + 1
     while head and b < len(lines) and not lines[b].startswith(head[0]):
         b += 1

@@ -25,7 +25,7 @@ import re
 from collections.abc import Generator
 
 from fathom.policies import moves
-from fathom.policies.blocks import filter_cell, filter_plan, part_count_cell, part_count_plan
+from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
     Cut,
     combine,
@@ -138,9 +138,12 @@ def _rare_first(terms: list[str], hits: dict, limit: int) -> list[str]:
 
 
 def _heading_prefixes(keys: list[str], hits: dict, prefixes: tuple[str, ...]) -> tuple[str, ...]:
-    """The heading prefixes that every shown hit line of the keys opens with: the keys name headings."""
+    """The heading prefixes that every shown hit line of the keys opens with, when all are short (heading
+    lines): the keys name headings."""
     shown = [line for k in keys for line in hits.get(k, (0, []))[1]]
-    return tuple(p for p in prefixes if shown and all(line.startswith(p) for line in shown))
+    if not shown or any(len(line) >= HEAD_CHARS for line in shown):
+        return ()
+    return tuple(p for p in prefixes if all(line.startswith(p) for line in shown))
 
 
 def _aggregate_question(q: Question) -> bool:
