@@ -107,15 +107,14 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     yield from _compute(q, rng, sight, hits)
-    found = _rare_first([t for t in q.anchors if hits.get(t, (0, []))[0] > 0], hits, FOLLOW_LIMIT)
+    found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
+    on_headings = _heading_prefixes(_rare_first(found, hits, FOLLOW_LIMIT), hits, sight.heading_prefixes())
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
     elif (
-        found
-        and not _heading_prefixes(found, hits, sight.heading_prefixes())
-        and (yield from _follow(q, rng, found, llm_ok))
+        found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
     ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
     elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
@@ -155,12 +154,14 @@ def _aggregate_question(q: Question) -> bool:
 def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     named = [t for t in dict.fromkeys([*q.quoted, *q.anchors, *q.names]) if hits.get(t, (0, []))[0] > 0]
-    keys = named if _aggregate_question(q) else _rare_first(named, hits, RARE_HITS)
+    prefixes = sight.heading_prefixes()
+    keys, rare = named, _rare_first(named, hits, RARE_HITS)
+    if not _aggregate_question(q) and _heading_prefixes(rare, hits, prefixes):
+        keys = rare  # the rare names are headings: they bound where to read, the other terms are read inside
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
         keys = [t for _, t in sorted(rare)[:2]]
     near = needs_neighbours(q)
-    prefixes = sight.heading_prefixes()
     cuts = []
     if keys:
         scope = _heading_prefixes(keys, hits, prefixes)
