@@ -186,7 +186,9 @@ def test_environment_tokens_get_zero_gradient(tmp_path):
     run = build_grpo(config)
     trainer = run.trainer
     # vLLM's correction, when vLLM generates, is per token (a sequence ratio sums a long completion's noise)
-    assert trainer.args.vllm_importance_sampling_mode == config.grpo.vllm_importance_sampling == "token_truncate"
+    assert (
+        trainer.args.vllm_importance_sampling_mode == config.grpo.vllm_importance_sampling == "token_truncate"
+    )
     inputs = trainer._generate_and_score_completions([{"prompt": slot_prompt(0)}] * 2)
     completion, tool = inputs["completion_mask"], inputs["tool_mask"]
     env = (completion == 1) & (tool == 0)
