@@ -49,6 +49,8 @@ class Cut:
     follow: bool = False  # also keep the lines of rare identifiers the kept lines name
     headings: tuple[str, ...] = ()  # prefixes of heading lines that are always kept
     sections: bool = False  # keep whole sections (heading to heading) that mention a key
+    scope: tuple[str, ...] = ()  # the keys name headings with these prefixes: keep their sections (each to
+    # the next line with its prefix) instead of paragraphs, so a named heading brings the text it heads
 
 
 def needs_neighbours(q: Question) -> bool:
@@ -74,6 +76,8 @@ for a, b in zip(starts, starts[1:]):
     if any(a <= i < b for i in hit):
         keep.update(range(a, b))"""
         return code
+    if cut.scope:
+        return code + _scope_code(cut)
     code += f"""
 for i in hit:
     keep.update(range(max(0, i - {cut.context}), min(len(lines), i + {cut.context} + 1)))"""
@@ -102,6 +106,29 @@ for _ in range(2):
     return code
 
 
+def _scope_code(cut: Cut) -> str:
+    """The keys name headings: keep each named heading's section and, with `follow`, the sections of the
+    headings the kept lines name (a parent, a part referred to). Other lines that name them are left out:
+    a reader would take them for part of the section they land after."""
+    code = f"""
+def section(i):  # a heading's section, to the next heading of its kind (kept: where it ends); else nothing
+    head = [p for p in {cut.scope!r} if lines[i].startswith(p) and len(lines[i]) < 100]
+    b = i + 1
+    while head and b < len(lines) and not lines[b].startswith(head[0]):
+        b += 1
+    return range(i, min(b + 1, len(lines))) if head else ()
+for i in hit:
+    keep.update(section(i))"""
+    if cut.follow:
+        code += """
+for _ in range(2):
+    named = {t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
+    named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
+    for i in [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]:
+        keep.update(section(i))"""
+    return code
+
+
 def cut_cell(rng: random.Random, cut: Cut, defined: set[str]) -> str:
     """Keep the lines `cut` says and print how many, with a few of them (`defined`: helpers the REPL
     already has from earlier cells; updated)."""
@@ -114,7 +141,12 @@ print(len(kept), "lines kept,", sum(len(lines[i]) + 1 for i in kept), "chars")
 for i in kept[:4]:
     print("   ", lines[i][:160])
 """
-    if cut.keys and cut.sections:
+    if cut.keys and cut.scope:
+        thought = (
+            "The terms name headings: I keep the section under each, and the sections its lines refer to.",
+            "What the question names are headings; the answer is in the text they head, so I keep those sections.",
+        )
+    elif cut.keys and cut.sections:
         thought = (
             "The headings divide the document into sections; I keep the sections that mention the key terms.",
             "Let me keep whole sections, from a heading to the next, where the key terms occur.",

@@ -25,6 +25,7 @@ import re
 from collections.abc import Generator
 
 from fathom.policies import moves
+from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
     Cut,
     combine,
@@ -106,15 +107,43 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
+    yield from _compute(q, rng, sight, hits)
     found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
+    on_headings = _heading_prefixes(_rare_first(found, hits, FOLLOW_LIMIT), hits, sight.heading_prefixes())
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
         yield from _story(q, rng)
-    elif found and (yield from _follow(q, rng, found, llm_ok)):
+    elif (
+        found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
+    ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
     elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
         yield from _keywords(q, rng)
+
+
+def _compute(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Play:
+    """Answer in code when the question and the hits show how (`fathom.policies.blocks`); a cell that
+    finds nothing does not FINAL, and the teacher goes on to read."""
+    if counting := part_count_plan(q, sight, hits):
+        yield part_count_cell(rng, counting)
+    if listing := filter_plan(q, hits):
+        yield filter_cell(rng, listing)
+
+
+def _rare_first(terms: list[str], hits: dict, limit: int) -> list[str]:
+    """The terms found at most `limit` times, when there are any: a term found everywhere is vocabulary
+    (a key every record sets), and the rare ones say where to look."""
+    return [t for t in terms if hits.get(t, (0, []))[0] <= limit] or terms
+
+
+def _heading_prefixes(keys: list[str], hits: dict, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The heading prefixes that every shown hit line of the keys opens with, when all are short (heading
+    lines): the keys name headings."""
+    shown = [line for k in keys for line in hits.get(k, (0, []))[1]]
+    if not shown or any(len(line) >= HEAD_CHARS for line in shown):
+        return ()
+    return tuple(p for p in prefixes if all(line.startswith(p) for line in shown))
 
 
 def _aggregate_question(q: Question) -> bool:
@@ -130,15 +159,18 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     named = [
         t for t in dict.fromkeys([*q.quoted, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0
     ]
-    keys = named
+    prefixes = sight.heading_prefixes()
+    keys, rare = named, _rare_first(named, hits, RARE_HITS)
+    if not _aggregate_question(q) and _heading_prefixes(rare, hits, prefixes):
+        keys = rare  # the rare names are headings: they bound where to read, the other terms are read inside
     if not keys and not _aggregate_question(q):
         rare = [(n, t) for t, (n, _) in hits.items() if 0 < n <= RARE_HITS and t in q.words]
         keys = [t for _, t in sorted(rare)[:2]]
     near = needs_neighbours(q)
-    prefixes = sight.heading_prefixes()
     cuts = []
     if keys:
-        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True))
+        scope = _heading_prefixes(keys, hits, prefixes)
+        cuts.append(Cut(tuple(keys), context=3 if near else 0, paragraph=30, follow=True, scope=scope))
         if prefixes:
             cuts.append(Cut(tuple(keys), context=1 if near else 0, headings=prefixes))
             cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
