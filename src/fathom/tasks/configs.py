@@ -276,6 +276,11 @@ def plant_sections(rng: random.Random, sections: dict[str, dict[Any, Any]], kind
     t = values[-1 - rng.randint(1, min(12, len(values) - 1))]
     if t == values[-1]:  # ties at the top: keep at least one section above the threshold
         t -= 1
+    above = [n for n, keys in sections.items() if words in keys and int(keys[words]) > t]
+    if len(above) > 12:  # many sections tie on the top values: raise 1 to 12 of them above the largest
+        t = values[-1]
+        for name in rng.sample(above, rng.randint(1, 12)):
+            sections[name][words] = t + rng.randint(1, 9)
     # Near misses: sections set to exactly the threshold, which is not "greater than".
     rest = [n for n, keys in sections.items() if int(keys.get(words, t)) <= t]
     for name in rng.sample(rest, min(len(rest), rng.randint(2, 6))):
