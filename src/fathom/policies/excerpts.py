@@ -96,13 +96,7 @@ def paragraph(i):
 for i in hit:
     keep.update(paragraph(i))"""
     if cut.follow:
-        code += """
-for _ in range(2):
-    named = {t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
-    named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
-    more = [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]
-    for i in more:
-        keep.update(paragraph(i))"""
+        code += _follow_code("paragraph")
     return code
 
 
@@ -120,13 +114,22 @@ def section(i):  # a heading's section, to the next heading of its kind (kept: w
 for i in hit:
     keep.update(section(i))"""
     if cut.follow:
-        code += """
+        code += _follow_code("section")
+    return code
+
+
+# Twice: the rare identifiers (5+ characters, a digit or a separator inside, at most 12 uses) that the kept
+# lines name, and what EXPAND(i) keeps around each line that uses one.
+FOLLOW_CODE = """
 for _ in range(2):
     named = {t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
     named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
     for i in [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]:
-        keep.update(section(i))"""
-    return code
+        keep.update(EXPAND(i))"""
+
+
+def _follow_code(expand: str) -> str:
+    return FOLLOW_CODE.replace("EXPAND", expand)
 
 
 def cut_cell(rng: random.Random, cut: Cut, defined: set[str]) -> str:
