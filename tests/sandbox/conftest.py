@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fathom.sandbox import IsolationError, LLMRequest, Sandbox, SandboxConfig
+from fathom.sandbox.proctree import pid_alive
 
 MODES = ("bwrap", "plain", "unsafe-dev")
 
@@ -74,15 +75,6 @@ def mode(request: pytest.FixtureRequest, mode_support: dict[str, str | None]) ->
     if reason is not None:
         pytest.skip(f"{request.param} not supported here: {reason}")
     return request.param
-
-
-def pid_alive(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def real_uid(pid: int) -> int | None:

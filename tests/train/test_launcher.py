@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from fathom.sandbox.proctree import pid_alive
+
 CHILD = "from fathom.train.launcher import die_with_launcher; import time; print(die_with_launcher(), flush=True); time.sleep(60)"
 PARENT = f"""
 import subprocess, sys, time
@@ -21,14 +23,6 @@ child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], stdout=subprocess.PI
 print(child.pid, child.stdout.readline().strip(), flush=True)
 time.sleep(60)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def run_parent(env: dict[str, str]) -> tuple[int, str]:
@@ -49,9 +43,9 @@ def test_a_rank_dies_with_its_launcher_and_only_a_rank(launched):
     try:
         assert armed == str(launched)
         deadline = time.monotonic() + 10
-        while alive(child) and time.monotonic() < deadline and launched:
+        while pid_alive(child) and time.monotonic() < deadline and launched:
             time.sleep(0.02)
-        assert alive(child) is not launched
+        assert pid_alive(child) is not launched
     finally:
-        if alive(child):
+        if pid_alive(child):
             os.kill(child, signal.SIGKILL)
