@@ -99,8 +99,11 @@ class Server:
                 time.sleep(0.1)
 
 
-async def drive(url: str, task_ids: list[str], clients: int, episodes: int) -> tuple[int, int, int]:
-    """(episodes, steps, errors) of ``clients`` connections running ``episodes`` episodes in all."""
+async def drive(
+    url: str, task_ids: list[str], clients: int, episodes: int, steps: bool = True
+) -> tuple[int, int, int]:
+    """(episodes, steps, errors) of ``clients`` connections running ``episodes`` episodes in all; with
+    ``steps=False`` each episode is its reset alone (what a reset costs)."""
     queue = list(range(episodes))
     counts = [0, 0, 0]
 
@@ -111,7 +114,7 @@ async def drive(url: str, task_ids: list[str], clients: int, episodes: int) -> t
                 task_id = task_ids[queue.pop() % len(task_ids)]
                 try:
                     result = await env.reset(task_id=task_id)
-                    while not result.observation.done:
+                    while steps and not result.observation.done:
                         result = await env.step(RLMAction(text=TURN))
                         counts[1] += 1
                     counts[0] += 1
@@ -125,31 +128,9 @@ async def drive(url: str, task_ids: list[str], clients: int, episodes: int) -> t
     return counts[0], counts[1], counts[2]
 
 
-async def drive_resets(url: str, task_ids: list[str], clients: int, resets: int) -> tuple[int, int]:
-    """(resets, errors) of ``clients`` connections doing ``resets`` resets in all, no steps."""
-    queue = list(range(resets))
-    counts = [0, 0]
-
-    async def client() -> None:
-        env = FathomEnvClient(url)
-        try:
-            while queue:
-                try:
-                    await env.reset(task_id=task_ids[queue.pop() % len(task_ids)])
-                    counts[0] += 1
-                except Exception as exc:  # a benchmark counts failures instead of stopping at the first
-                    counts[1] += 1
-                    print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        finally:
-            await env.close()
-
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return counts[0], counts[1]
-
-
 def measure_resets(server: Server, task_ids: list[str], clients: int, resets: int, rnd: int) -> Row:
     cpu0, t0 = server.cpu_s(), time.perf_counter()
-    done, errors = asyncio.run(drive_resets(server.url, task_ids, clients, resets))
+    done, _, errors = asyncio.run(drive(server.url, task_ids, clients, resets, steps=False))
     wall, cpu = time.perf_counter() - t0, server.cpu_s() - cpu0
     print(f"{server.name:>9} x{clients:<3} round {rnd}: {done / wall:7.1f} resets/s, "
           f"{cpu / max(done, 1) * 1e3:6.1f} ms server CPU per reset, errors={errors}", file=sys.stderr)  # fmt: skip
