@@ -6,8 +6,11 @@ advantage; `varied_reward` (a fixed function of the sampled ids) adds the varian
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fathom.train.configfile import load_config
 from fathom.train.grpo import run_grpo
@@ -19,6 +22,26 @@ FAST = [  # the tests' GRPO runs: small and quick on a CPU
     "--rollout.max_total_tokens=160",
     "--logging.progress=false",
 ]
+
+
+@contextlib.contextmanager
+def token_logps(trainer: Any) -> Iterator[dict[str, Any]]:
+    """While inside: ``captured["logps"]`` is the (B, T) log-prob tensor of the trainer's last loss forward,
+    its gradient kept, so a test reads d loss / d log p(token) after ``backward()``."""
+    captured: dict[str, Any] = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        logps, entropies, aux = original(*args, **kwargs)
+        logps.retain_grad()
+        captured["logps"] = logps
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = capture
+    try:
+        yield captured
+    finally:
+        trainer._get_per_token_logps_and_entropies = original
 
 
 def varied_reward(completion_ids: list[list[int]], **_: object) -> list[float]:

@@ -30,7 +30,7 @@ from fathom.train.tasksource import slot_prompt
 HERE = Path(__file__).parent
 TINY = HERE.parents[1] / "configs" / "tiny-cpu.toml"
 sys.path.insert(0, str(HERE))
-from grpo_driver import FAST, varied_reward  # noqa: E402
+from grpo_driver import FAST, token_logps, varied_reward  # noqa: E402
 
 
 class ControlWriter(TrainerCallback):
@@ -188,20 +188,10 @@ def test_environment_tokens_get_zero_gradient(tmp_path):
     sampled = (completion == 1) & (tool == 1)
     assert env.sum() > 0 and sampled.sum() > 0  # both kinds of token are in the sequence (env ones attended)
     inputs["advantages"] = torch.tensor([1.0, -1.0])  # the tiny model's rewards tie; force a signal
-    captured = {}
-    original = trainer._get_per_token_logps_and_entropies
-
-    def capture(*args, **kwargs):
-        logps, entropies, aux = original(*args, **kwargs)
-        logps.retain_grad()
-        captured["logps"] = logps
-        return logps, entropies, aux
-
-    trainer._get_per_token_logps_and_entropies = capture
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which we bypass here
-    loss = trainer.compute_loss(trainer.model, inputs)
-    loss.backward()
+    with token_logps(trainer) as captured:
+        trainer.compute_loss(trainer.model, inputs).backward()
     grad = captured["logps"].grad  # (B, T): d loss / d log p(token)
     assert torch.count_nonzero(grad[env]) == 0
     assert torch.count_nonzero(grad[sampled]) == int(sampled.sum())

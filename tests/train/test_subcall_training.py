@@ -31,7 +31,7 @@ HERE = Path(__file__).parent
 TINY = HERE.parents[1] / "configs" / "tiny-cpu.toml"
 sys.path.insert(0, str(HERE))
 from grpo_driver import FAST as DRIVER_FAST  # noqa: E402
-from grpo_driver import varied_reward  # noqa: E402
+from grpo_driver import token_logps, varied_reward  # noqa: E402
 
 FAST = [*DRIVER_FAST, "--rollout.sub_max_new_tokens=8", "--rollout.train_subcalls=true"]
 QUESTIONS = ("What is the key?", "Which value is named?")
@@ -114,26 +114,15 @@ def test_only_the_subcall_rows_advantage_moves_the_adapter(built):
     trainer = run.trainer
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which we bypass here
     lora = [p for n, p in trainer.model.named_parameters() if p.requires_grad]
-    captured = {}
-    original = trainer._get_per_token_logps_and_entropies
+    with token_logps(trainer) as captured:
 
-    def capture(*args, **kwargs):
-        logps, entropies, aux = original(*args, **kwargs)
-        logps.retain_grad()
-        captured["logps"] = logps
-        return logps, entropies, aux
+        def grads(advantages):
+            trainer.model.zero_grad()
+            trainer.compute_loss(trainer.model, {**batch, "advantages": torch.tensor(advantages)}).backward()
+            return [p.grad.clone() for p in lora], captured["logps"].grad
 
-    def grads(advantages):
-        trainer.model.zero_grad()
-        trainer.compute_loss(trainer.model, {**batch, "advantages": torch.tensor(advantages)}).backward()
-        return [p.grad.clone() for p in lora], captured["logps"].grad
-
-    trainer._get_per_token_logps_and_entropies = capture
-    try:
         none, _ = grads([0.0, 0.0, 0.0, 0.0])
         subs, per_token = grads([0.0, 0.0, 1.0, -1.0])
-    finally:
-        trainer._get_per_token_logps_and_entropies = original
     assert all(torch.count_nonzero(g) == 0 for g in none)
     assert any(torch.count_nonzero(g) > 0 for g in subs)  # the sub-call rows alone carry a gradient
     trained = (batch["completion_mask"] * batch["tool_mask"]).bool()
