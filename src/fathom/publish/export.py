@@ -89,11 +89,8 @@ def _source(run_dir: Path, which: str) -> tuple[str, Path, str, int | None]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _tokenizer(source: Path, base: str) -> Any:
