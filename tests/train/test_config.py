@@ -56,6 +56,7 @@ def test_overrides_are_typed_and_win_over_the_file():
         (["--penalty.max=0.8"], "a correct but long answer could score below a wrong one"),
         (["--model.load_in_4bit=true", "--model.lora=false"], "needs model.lora = true"),
         (["--grpo.max_steps"], "has no value"),
+        (["--run.gpu_memory_fraction=1.5"], "run.gpu_memory_fraction must be in [0, 1], got 1.5"),
     ],
 )
 def test_bad_config_fails_fast_with_the_key_named(overrides, message):

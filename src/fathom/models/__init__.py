@@ -8,7 +8,13 @@ from fathom.models.loading import (
     load_tokenizer,
     resolve_model_dir,
 )
-from fathom.models.offline import OfflineModelError, qwen_tokenizer_dir, smollm2_dir, tiny_model_dir
+from fathom.models.offline import (
+    OfflineModelError,
+    qwen_coder_dir,
+    qwen_tokenizer_dir,
+    smollm2_dir,
+    tiny_model_dir,
+)
 
 __all__ = [
     "LoraSpec",
@@ -17,6 +23,7 @@ __all__ = [
     "OfflineModelError",
     "load_model",
     "load_tokenizer",
+    "qwen_coder_dir",
     "qwen_tokenizer_dir",
     "resolve_model_dir",
     "smollm2_dir",

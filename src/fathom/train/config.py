@@ -44,10 +44,16 @@ class RunConfig:
     # GRPO: stop after this many minutes of training (checkpoint, then the usual export); 0 = no limit.
     # For leases with a hard wall-clock limit per command: the next command resumes from the checkpoint.
     max_minutes: float = 0.0
+    # This process's share of the GPU's memory (torch's caching allocator, which also holds a colocated vLLM
+    # engine's weights and KV cache); 0 = no cap. Runs that share one GPU each get their own share, so the one
+    # that outgrows it fails alone instead of taking the memory another run needs.
+    gpu_memory_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of("run", "device", self.device, ("auto", "cpu", "cuda"))
         _positive("run", self, "max_minutes", allow_zero=True)
+        if not 0.0 <= self.gpu_memory_fraction <= 1.0:
+            raise ConfigError(f"run.gpu_memory_fraction must be in [0, 1], got {self.gpu_memory_fraction}")
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def build_grpo(
     if not config.run.run_dir:
         raise ConfigError("run.run_dir is empty: say where the run goes")
     check_log_kl(config)
-    device, dist = process_state(config.run.device)
+    device, dist = process_state(config.run.device, config.run.gpu_memory_fraction)
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_from = resume_point(config, run_dir)

@@ -25,22 +25,27 @@ def device_for(setting: str) -> str:
     return setting
 
 
-def process_state(setting: str) -> tuple[str, Any]:
+def process_state(setting: str, gpu_memory_fraction: float = 0.0) -> tuple[str, Any]:
     """(device, accelerate ``PartialState``) for this process, before the trainer exists.
 
     Under ``accelerate launch`` (torchrun) on a machine without CUDA, a plain ``PartialState()`` would see no
     distributed backend and call every process the main one of a world of one; the trainer (``use_cpu``)
     then joins a gloo group of N. Passing ``cpu`` makes this early state agree with the trainer's, so the
     slot count, the main-process writes and the trace file names are right on CPUs as on GPUs. Under a
-    launcher, this process is also made to die with it (`fathom.train.launcher`).
+    launcher, this process is also made to die with it (`fathom.train.launcher`). A non-zero
+    `gpu_memory_fraction` (``run.gpu_memory_fraction``) caps this process's share of its GPU.
     """
+    import torch
     from accelerate import PartialState
 
     from fathom.train.launcher import die_with_launcher
 
     die_with_launcher()  # under accelerate launch / torchrun: a killed launcher takes this rank with it
     device = device_for(setting)
-    return device, PartialState(cpu=device == "cpu")
+    state = PartialState(cpu=device == "cpu")
+    if gpu_memory_fraction and device == "cuda":
+        torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, state.device)
+    return device, state
 
 
 def use_bf16(setting: str, device: str) -> bool:

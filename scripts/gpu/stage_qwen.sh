@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU machine, in each call that carries Qwen pieces (see .qplan, written by scripts/gpu/prepare_carry_qwen.sh):
+#   stage_qwen.sh        park this call's GGUF pieces in /root/qparts; unpack the corpora and bubblewrap if carried
+#   stage_qwen.sh join   join the pieces in order, check the sha256, install the carried wheels (.whl, parked by
+#                        the call that carried them) and de-quantize the model once into FATHOM's cache with
+#                        FATHOM's own code (fathom.models.offline.qwen_coder_dir); source scripts/gpu/env.sh first
+# /root survives between calls only while the machine stays warm.
+set -euo pipefail
+mkdir -p /root/qparts
+case ${1:-park} in
+  park)
+    for f in .qa/qpart_* .qb/qpart_* .qd/qpart_* .q[0-9]*/qpart_*; do if [ -f "$f" ]; then cp "$f" /root/qparts/; fi; done
+    if [ -f .q1/corpora.tar.xz ]; then
+      mkdir -p /root/.cache/fathom/corpora && tar -xJf .q1/corpora.tar.xz -C /root/.cache/fathom/corpora
+      rm -rf /tmp/bwrap-deb && dpkg -x .q1/bubblewrap_*.deb /tmp/bwrap-deb && cp /tmp/bwrap-deb/usr/bin/bwrap /usr/local/bin/
+    fi
+    if [ -d .whl ]; then rm -rf /root/whl && cp -r .whl /root/whl; fi
+    ls /root/qparts | tr '\n' ' '; du -sb /root/qparts ;;
+  join)
+    if [ ! -f /root/qwen.gguf.ok ]; then
+      cat /root/qparts/qpart_* > /root/qwen.gguf
+      sha=$(PYTHONPATH=$PWD/src python3 -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)")
+      echo "$sha  /root/qwen.gguf" | sha256sum -c -
+      touch /root/qwen.gguf.ok
+    fi
+    mkdir -p /tmp/site
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/whl/*.whl
+    FATHOM_QWEN_CODER_GGUF=/root/qwen.gguf python3 -c \
+      "from fathom.models.offline import qwen_coder_dir; print(qwen_coder_dir())" ;;
+  *) echo "usage: stage_qwen.sh [join]" >&2; exit 2 ;;
+esac
