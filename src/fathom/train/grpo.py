@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs, merged_kwargs
 from fathom.train import checkpoint
 from fathom.train.cli import add_config_arguments, config_from_args
 from fathom.train.config import ConfigError, TrainConfig
@@ -149,20 +149,25 @@ def vllm_arguments(config: TrainConfig, device: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def fixed_kv_cache(gib: float) -> Iterator[None]:
-    """While TRL builds its colocated engine: a KV cache of `gib` GiB (``rollout.vllm_kv_cache_gib``).
+def colocated_engine(options: VLLMEngineOptions) -> Iterator[None]:
+    """While TRL builds its colocated engine: `options` (``rollout.vllm_*``) laid over TRL's own arguments.
 
-    TRL 1.16 passes vLLM no KV-cache size, so vLLM sizes it by profiling the GPU's free memory at start-up,
-    and aborts if another process frees memory meanwhile; a fixed size skips that profile. TRL builds the
-    engine with ``vllm.LLM`` as imported in `trl.generation.vllm_generation`, so that name is wrapped for
-    the duration of the trainer's construction only."""
-    if not gib:
+    TRL 1.16 fixes the engine's arguments (``max_num_batched_tokens=4096``, its own ``max_num_seqs``, no
+    KV-cache size, vLLM's default scheduling) and offers no way to pass others. It builds the engine with
+    ``vllm.LLM`` as imported in `trl.generation.vllm_generation`, so that name is wrapped for the duration of
+    the trainer's construction only; our values win over TRL's, and the merged set is checked as vLLM would
+    (`fathom.rollout.vllm_options.merged_kwargs`). Options all at their defaults wrap nothing."""
+    if not engine_kwargs(options):
         yield
         return
     import trl.generation.vllm_generation as generation
 
     original = generation.LLM
-    generation.LLM = functools.partial(original, kv_cache_memory_bytes=int(gib * 2**30))
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **merged_kwargs(kwargs, options))
+
+    generation.LLM = build
     try:
         yield
     finally:
@@ -252,7 +257,7 @@ def build_grpo(
         log_completions=False,
     )
     trainer_cls = _trainer_class()
-    with fixed_kv_cache(config.rollout.vllm_kv_cache_gib if args.use_vllm else 0.0):
+    with colocated_engine(config.rollout.vllm_engine() if args.use_vllm else VLLMEngineOptions()):
         trainer = trainer_cls(
             model=model,
             reward_funcs=[fathom_reward, *extra_reward_funcs],
