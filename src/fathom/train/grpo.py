@@ -48,13 +48,46 @@ def _trainer_class() -> type:
     class FathomGRPOTrainer(ReferenceKL, GRPOTrainer):
         """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config; with
         ``rollout.train_subcalls`` the policy's `llm()` answers trained as rows of their own; ``kl`` to the
-        adapter-off model logged with ``grpo.log_kl`` (`fathom.train.reference_kl`)."""
+        adapter-off model logged with ``grpo.log_kl`` (`fathom.train.reference_kl`); with ``grpo.group_by_length``
+        micro-batches of similar lengths and forwards cut to their longest row (`fathom.train.padding`)."""
 
         fathom_state: Callable[[], dict[str, Any]] = staticmethod(dict)
         fathom_config_toml: str = ""
         fathom_keep_last: int = 3
         fathom_train_subcalls: bool = False
         fathom_max_subcall_rows: int = 0
+        fathom_group_by_length: bool = False
+
+        def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+            if not (self.fathom_group_by_length and self.model.training):
+                return super()._prepare_inputs(generation_batch)
+            from fathom.train.padding import length_grouped
+
+            # TRL's train branch, with micro-batches grouped by length in place of its shuffle
+            steps = self.args.steps_per_generation
+            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+                batch = self._generate_and_score_completions(generation_batch)
+                self._buffered_inputs = length_grouped(batch, steps)
+            return self._buffered_inputs[self._step % steps]
+
+        def _get_per_token_logps_and_entropies(
+            self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, batch_size: Any = None,
+            compute_entropy: bool = False, compute_aux_loss: bool = False, **extra: Any,
+        ) -> Any:  # fmt: skip
+            parent = super()._get_per_token_logps_and_entropies
+            multimodal = any(v is not None for v in extra.values())
+            if not self.fathom_group_by_length or compute_aux_loss or multimodal:
+                return parent(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                    compute_aux_loss, **extra,
+                )  # fmt: skip
+            from fathom.train.padding import trimmed_logps
+
+            def forward(ids: Any, mask: Any, keep: int) -> Any:
+                return parent(model, ids, mask, keep, compute_entropy=compute_entropy)
+
+            logps, entropies = trimmed_logps(forward, input_ids, attention_mask, logits_to_keep, batch_size)
+            return logps, entropies, None
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             batch = super()._generate_and_score_completions(inputs)
@@ -294,6 +327,7 @@ def build_grpo(
     trainer.fathom_keep_last = config.checkpoint.keep_last
     trainer.fathom_train_subcalls = config.rollout.train_subcalls
     trainer.fathom_max_subcall_rows = config.rollout.max_subcall_rows
+    trainer.fathom_group_by_length = g.group_by_length
     trainer.fathom_log_kl = g.log_kl
     names = [t.name for t in config.curriculum.tiers]
     control = ControlFile(run_dir / "control.json", names, (config.penalty.min, config.penalty.max))
