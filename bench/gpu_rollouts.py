@@ -15,7 +15,14 @@ the eager argmax.
 ``engine``: the rollout engine on real tasks (the untrained model in the scaffold, 4 turns x 384 tokens,
 its own llm() calls), through vLLM with continuous batching (each turn and sub-call sent when ready) and
 with turn-synchronous batches (``RolloutConfig.sync_turns``), same tasks, greedy; wall time and sampled
-tok/s of each, and the ratio.
+tok/s of each, and the ratio. ``--async-scheduling`` / ``--max-num-batched-tokens`` / ``--max-num-seqs``
+set the engine's scheduler (`fathom.rollout.vllm_options`; vLLM's defaults otherwise).
+
+``levers``: reads the GRPO runs ``scripts/gpu/rollouts.sh levers64 / levers256`` made (today's settings and
+the speed levers, same machine, same warm start) and puts them side by side: per run the measured steps
+(step 1, with the engine's warm-up, left out), their step / generate / env / optimise seconds and sampled
+tok/s, TRL's ``sampling/sampling_logp_difference`` (vLLM's log-probs against the trainer's, numerics beside
+speed), what vLLM's log says it ran with (async scheduling, batched tokens), and levers over baseline.
 """
 
 from __future__ import annotations
@@ -167,7 +174,12 @@ def engine(args: argparse.Namespace) -> dict[str, Any]:
     path = str(resolve_model_dir(args.model))
     tok = AutoTokenizer.from_pretrained(path)
     chat = ChatFormat(tok)
-    llm = VLLMBackend(path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16").llm
+    from fathom.rollout.vllm_options import VLLMEngineOptions, merged_kwargs
+
+    options = VLLMEngineOptions(args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
+    llm = VLLMBackend(
+        path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16", **merged_kwargs({}, options)
+    ).llm
     families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
     tasks = [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(args.tasks)]
     out = {}
@@ -197,21 +209,88 @@ def engine(args: argparse.Namespace) -> dict[str, Any]:
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
     ratio = best["continuous"]["tok_s"] / best["turn_sync"]["tok_s"]
     print(f"continuous / turn-synchronous sampled tok/s: {ratio:.2f}x")
-    return {"engine": out, "continuous_over_sync": round(ratio, 2), "tasks": args.tasks,
+    return {"engine": out, "continuous_over_sync": round(ratio, 2), "tasks": args.tasks, "options": vars(options),
             "device": torch.cuda.get_device_name()}  # fmt: skip
+
+
+STEP_KEYS = {
+    "step_s": "time/step_s",
+    "generate_s": "time/generate_s",
+    "env_s": "time/env_s",
+    "optimise_s": "time/optimise_s",
+    "sampled_tok_s": "throughput/generate_tokens_per_s",
+    "logp_diff_mean": "sampling/sampling_logp_difference/mean",
+    "logp_diff_max": "sampling/sampling_logp_difference/max",
+}
+PAIRS = (("base64", "levers64"), ("base256", "levers256"))
+
+
+def engine_settings(log: str) -> dict[str, Any]:
+    """What vLLM says it ran with, from its start-up lines in a run's log."""
+    import re
+
+    scheduling = re.findall(r"Asynchronous scheduling is (enabled|disabled)", log)
+    tokens = re.findall(r"max_num_batched_tokens=(\d+)", log)
+    return {"async_scheduling": scheduling[-1] if scheduling else None,
+            "max_num_batched_tokens": int(tokens[-1]) if tokens else None}  # fmt: skip
+
+
+def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's steps after the first (which includes the engine's warm-up) and their means."""
+    steps = [r for r in rows if "time/step_s" in r][1:]
+    if not steps:
+        raise ValueError("no step after the warm-up one: run with GRPO_STEPS >= 2")
+    out: dict[str, Any] = {"steps": [{k: r.get(v) for k, v in STEP_KEYS.items()} for r in steps]}
+    for key in STEP_KEYS:
+        values = [s[key] for s in out["steps"] if s[key] is not None]
+        out[key] = round(sum(values) / len(values), 4) if values else None
+    return out
+
+
+def levers(args: argparse.Namespace) -> dict[str, Any]:
+    from fathom.train.runlog import read_jsonl
+
+    out: dict[str, Any] = {}
+    for base, lever in PAIRS:
+        runs = {}
+        for name in (base, lever):
+            metrics = args.runs / name / "metrics.jsonl"
+            if not metrics.exists():
+                break
+            runs[name] = run_summary(read_jsonl(metrics))
+            log = (args.logs or args.runs) / f"{name}.log"
+            runs[name]["engine"] = engine_settings(log.read_text() if log.exists() else "")
+        if len(runs) < 2:
+            continue
+        b, lv = runs[base], runs[lever]
+        runs["speedup"] = {k: round(b[k] / lv[k], 3) for k in ("step_s", "generate_s", "optimise_s") if lv[k]}
+        runs["speedup"]["sampled_tok_s"] = round(lv["sampled_tok_s"] / b["sampled_tok_s"], 3)
+        print(base, "->", lever, json.dumps(runs["speedup"]), flush=True)
+        out[base.removeprefix("base")] = runs
+    if not out:
+        raise SystemExit(f"no baseline / levers pair of runs under {args.runs}")
+    return {"levers": out, "lever_args": args.lever_args}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("decode", "engine"))
+    parser.add_argument("what", choices=("decode", "engine", "levers"))
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--async-scheduling", default="auto", help="engine: auto | on | off")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=0, help="engine: 0 = vLLM's")
+    parser.add_argument("--max-num-seqs", type=int, default=0, help="engine: 0 = vLLM's")
+    parser.add_argument("--runs", type=Path, help="levers: the folder holding the runs")
+    parser.add_argument(
+        "--logs", type=Path, help="levers: the folder holding the runs' logs (default --runs)"
+    )
+    parser.add_argument("--lever-args", default="", help="levers: the options the lever runs added")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    result = decode(args) if args.what == "decode" else engine(args)
+    result = {"decode": decode, "engine": engine, "levers": levers}[args.what](args)
     result["command"] = "python bench/gpu_rollouts.py " + " ".join(sys.argv[1:])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,13 @@
 #   scripts/gpu/rollouts.sh evalvllm    fathom eval through vLLM (rlm and direct, the SFT model, 16 tasks)
 #   scripts/gpu/rollouts.sh grpo64      GRPO after SFT through TRL's colocated vLLM: 64 rollouts a step
 #   scripts/gpu/rollouts.sh grpo256     the same at 256 rollouts a step
+#   scripts/gpu/rollouts.sh levers64    64 rollouts a step, today's settings then the speed levers ($LEVERS),
+#                                       2 steps each (step 1 is warm-up); ~3.5 min: two trainer + engine
+#                                       starts (~70 s each) and ~4 steps of 10-15 s
+#   scripts/gpu/rollouts.sh levers256   the same at 256 rollouts; ~5 min (steps of 25-40 s). Each writes
+#                                       $OUT/gpu_rollouts_levers.json with every pair measured so far, side by
+#                                       side (bench/gpu_rollouts.py levers): copy it to bench/results/
+#   (the levers stages need the sft stage's warm start on the same warm machine)
 # Results go to $OUT (JSON and logs); bench/results/gpu_rollouts.json is assembled from them here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,18 +36,30 @@ for r in out:
 json.dump(out, open(f"{run}/steps.json", "w"), indent=1)
 PY
 }
-grpo() { # NAME PER_DEVICE GA: GRPO after SFT, LoRA, vLLM colocated, 4 turns x 384 tokens, sub-calls by the policy
-  rm -rf "$D/$1"
-  fathom grpo --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/$1" --run.device=cuda --model.name="$M" \
+# The speed levers (issue #14): vLLM's scheduler (async scheduling asked for explicitly, so that vLLM refuses
+# to start where it cannot; 4x TRL's batched tokens) and fewer padded tokens in the trainer's forwards. The
+# stages add max_num_seqs = 2 x the rollouts (room for the policy's llm() requests beside its turns).
+LEVERS=${LEVERS:---rollout.vllm_async_scheduling=on --rollout.vllm_max_num_batched_tokens=16384 --grpo.group_by_length=true}
+grpo() { # NAME PER_DEVICE GA [EXTRA ...]: GRPO after SFT, LoRA, vLLM colocated, 4 turns x 384 tokens, sub-calls
+  local name=$1 per=$2 ga=$3; shift 3
+  rm -rf "$D/$name"
+  fathom grpo --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/$name" --run.device=cuda --model.name="$M" \
     --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --grpo.max_steps="${GRPO_STEPS:-4}" \
-    --grpo.per_device_train_batch_size="$2" --grpo.gradient_accumulation_steps="$3" --grpo.warmup_steps=0 \
+    --grpo.per_device_train_batch_size="$per" --grpo.gradient_accumulation_steps="$ga" --grpo.warmup_steps=0 \
     --grpo.learning_rate=1e-4 --eval.every=0 --checkpoint.save_every=1000 --logging.progress=false \
     --rollout.generation_mode=vllm --rollout.max_turns=4 --rollout.max_new_tokens=384 \
     --rollout.max_total_tokens=2560 --rollout.sub_lm=policy --model.dtype=bfloat16 --curriculum.min_dwell_steps=1000 \
-    2>&1 | tee "$O/$1.log"
-  step_summary "$D/$1" "$1" | tee "$O/$1_steps.txt"
-  cp "$D/$1/steps.json" "$O/$1_steps.json"
+    "$@" 2>&1 | tee "$O/$name.log"
+  step_summary "$D/$name" "$name" | tee "$O/${name}_steps.txt"
+  cp "$D/$name/steps.json" "$O/${name}_steps.json"
+}
+levers() { # ROLLOUTS GA: today's settings, then the levers, same warm start; then every pair so far side by side
+  # shellcheck disable=SC2086  # LEVERS is a list of options
+  GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2"
+  GRPO_STEPS=${GRPO_STEPS:-2} grpo "levers$1" 16 "$2" $LEVERS --rollout.vllm_max_num_seqs=$((2 * $1))
+  python3 bench/gpu_rollouts.py levers --runs "$D" --logs "$O" --lever-args "$LEVERS" \
+    --out "$O/gpu_rollouts_levers.json" 2>&1 | tee "$O/levers$1_summary.txt"
 }
 for stage in "$@"; do
   start=$(date +%s)
@@ -64,6 +83,8 @@ for stage in "$@"; do
     grpo64) grpo grpo64 16 4 ;;
     grpo256) grpo grpo256 16 16 ;;
     grpo64-onebatch) grpo grpo64-onebatch 64 1 ;;
+    levers64) levers 64 4 ;;
+    levers256) levers 256 16 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
   echo "== stage $stage done in $(($(date +%s) - start)) s"

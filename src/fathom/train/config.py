@@ -17,6 +17,7 @@ from typing import Any
 
 from fathom.reward.config import RewardConfig
 from fathom.rollout.backends import MODES
+from fathom.rollout.vllm_options import ASYNC_SCHEDULING, VLLMEngineOptions
 
 
 class ConfigError(ValueError):
@@ -99,6 +100,12 @@ class RolloutSection:
     # > 0: a KV cache of this many GiB, sized without vLLM's start-up memory profile, which aborts when another
     # process on the same GPU frees memory while it runs (runs and evaluations sharing one GPU); 0 = profiled
     vllm_kv_cache_gib: float = 0.0
+    # The engine's scheduler (`fathom.rollout.vllm_options`): async scheduling auto (vLLM's default, on for
+    # TRL's engine) | on | off; tokens and sequences one engine step may hold, 0 = TRL's (4,096 tokens,
+    # per-device batch x steps per generation sequences)
+    vllm_async_scheduling: str = "auto"
+    vllm_max_num_batched_tokens: int = 0
+    vllm_max_num_seqs: int = 0
     # continuous: each turn goes to the engine when ready; turns: every live episode's turn in one batch
     # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
     # turns with HF generate
@@ -119,11 +126,28 @@ class RolloutSection:
     # round-robin (each episode keeps its first ones first)
     max_subcall_rows: int = 0
 
+    def vllm_engine(self) -> VLLMEngineOptions:
+        """The vLLM engine options these keys set (for TRL's colocated engine and `VLLMBackend`)."""
+        return VLLMEngineOptions(
+            async_scheduling=self.vllm_async_scheduling,
+            max_num_batched_tokens=self.vllm_max_num_batched_tokens,
+            max_num_seqs=self.vllm_max_num_seqs,
+            kv_cache_gib=self.vllm_kv_cache_gib,
+        )
+
     def __post_init__(self) -> None:
         _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
         _positive(
             "rollout", self, "temperature", "top_k", "max_subcall_rows", "vllm_kv_cache_gib", allow_zero=True
         )
+        _positive("rollout", self, "vllm_max_num_batched_tokens", "vllm_max_num_seqs", allow_zero=True)
+        _one_of("rollout", "vllm_async_scheduling", self.vllm_async_scheduling, ASYNC_SCHEDULING)
+        tokens, seqs = self.vllm_max_num_batched_tokens, self.vllm_max_num_seqs
+        if tokens and seqs and tokens < seqs:
+            raise ConfigError(
+                f"rollout.vllm_max_num_batched_tokens ({tokens}) must be >= rollout.vllm_max_num_seqs ({seqs}): "
+                "vLLM schedules one token a step for every decoding sequence"
+            )
         _one_of("rollout", "generation_mode", self.generation_mode, ("auto", "vllm", *MODES))
         _one_of("rollout", "batching", self.batching, ("auto", "continuous", "turns"))
         if not 0 < self.vllm_gpu_memory_utilization < 1:
@@ -179,6 +203,10 @@ class GRPOSection:
     # here: TRL's default ("sequence_mask", one ratio per sequence) sums ~1,000 tokens of bf16 noise in a
     # multi-turn completion (GPU proof run 3: mean sequence ratio 0.61, so a step's gradient shrank by ~40%)
     vllm_importance_sampling: str = "token_truncate"
+    # Fewer padded tokens in the trainer's forwards (`fathom.train.padding`): micro-batches of similar
+    # lengths instead of TRL's shuffled ones, each forward cut to its longest sequence. The step's gradient
+    # is the same (the loss types below normalise by whole-batch counts); not with bnpo (per micro-batch)
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         _one_of(
@@ -202,6 +230,11 @@ class GRPOSection:
             )
         _one_of("grpo", "loss_type", self.loss_type, ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"))
         _one_of("grpo", "scale_rewards", self.scale_rewards, ("group", "batch", "none"))
+        if self.group_by_length and self.loss_type == "bnpo":
+            raise ConfigError(
+                "grpo.group_by_length changes the step's gradient under loss_type = 'bnpo' (it normalises "
+                "by each micro-batch's token count): use dapo, grpo, dr_grpo, cispo or sapo"
+            )
         _one_of("grpo", "bf16", self.bf16, ("auto", "true", "false"))
         if not 1 <= self.oversample <= MAX_OVERSAMPLE:
             raise ConfigError(f"grpo.oversample must be in [1, {MAX_OVERSAMPLE}]; got {self.oversample}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs, merged_kwargs
 from fathom.train import checkpoint
 from fathom.train.cli import add_config_arguments, config_from_args
 from fathom.train.config import ConfigError, TrainConfig
@@ -48,13 +48,46 @@ def _trainer_class() -> type:
     class FathomGRPOTrainer(ReferenceKL, GRPOTrainer):
         """TRL's GRPOTrainer with atomic checkpoints that carry FATHOM's recipe state and config; with
         ``rollout.train_subcalls`` the policy's `llm()` answers trained as rows of their own; ``kl`` to the
-        adapter-off model logged with ``grpo.log_kl`` (`fathom.train.reference_kl`)."""
+        adapter-off model logged with ``grpo.log_kl`` (`fathom.train.reference_kl`); with ``grpo.group_by_length``
+        micro-batches of similar lengths and forwards cut to their longest row (`fathom.train.padding`)."""
 
         fathom_state: Callable[[], dict[str, Any]] = staticmethod(dict)
         fathom_config_toml: str = ""
         fathom_keep_last: int = 3
         fathom_train_subcalls: bool = False
         fathom_max_subcall_rows: int = 0
+        fathom_group_by_length: bool = False
+
+        def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+            if not (self.fathom_group_by_length and self.model.training):
+                return super()._prepare_inputs(generation_batch)
+            from fathom.train.padding import length_grouped
+
+            # TRL's train branch, with micro-batches grouped by length in place of its shuffle
+            steps = self.args.steps_per_generation
+            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+                batch = self._generate_and_score_completions(generation_batch)
+                self._buffered_inputs = length_grouped(batch, steps)
+            return self._buffered_inputs[self._step % steps]
+
+        def _get_per_token_logps_and_entropies(
+            self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, batch_size: Any = None,
+            compute_entropy: bool = False, compute_aux_loss: bool = False, **extra: Any,
+        ) -> Any:  # fmt: skip
+            parent = super()._get_per_token_logps_and_entropies
+            multimodal = any(v is not None for v in extra.values())
+            if not self.fathom_group_by_length or compute_aux_loss or multimodal:
+                return parent(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                    compute_aux_loss, **extra,
+                )  # fmt: skip
+            from fathom.train.padding import trimmed_logps
+
+            def forward(ids: Any, mask: Any, keep: int) -> Any:
+                return parent(model, ids, mask, keep, compute_entropy=compute_entropy)
+
+            logps, entropies = trimmed_logps(forward, input_ids, attention_mask, logits_to_keep, batch_size)
+            return logps, entropies, None
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             batch = super()._generate_and_score_completions(inputs)
@@ -149,20 +182,25 @@ def vllm_arguments(config: TrainConfig, device: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def fixed_kv_cache(gib: float) -> Iterator[None]:
-    """While TRL builds its colocated engine: a KV cache of `gib` GiB (``rollout.vllm_kv_cache_gib``).
+def colocated_engine(options: VLLMEngineOptions) -> Iterator[None]:
+    """While TRL builds its colocated engine: `options` (``rollout.vllm_*``) laid over TRL's own arguments.
 
-    TRL 1.16 passes vLLM no KV-cache size, so vLLM sizes it by profiling the GPU's free memory at start-up,
-    and aborts if another process frees memory meanwhile; a fixed size skips that profile. TRL builds the
-    engine with ``vllm.LLM`` as imported in `trl.generation.vllm_generation`, so that name is wrapped for
-    the duration of the trainer's construction only."""
-    if not gib:
+    TRL 1.16 fixes the engine's arguments (``max_num_batched_tokens=4096``, its own ``max_num_seqs``, no
+    KV-cache size, vLLM's default scheduling) and offers no way to pass others. It builds the engine with
+    ``vllm.LLM`` as imported in `trl.generation.vllm_generation`, so that name is wrapped for the duration of
+    the trainer's construction only; our values win over TRL's, and the merged set is checked as vLLM would
+    (`fathom.rollout.vllm_options.merged_kwargs`). Options all at their defaults wrap nothing."""
+    if not engine_kwargs(options):
         yield
         return
     import trl.generation.vllm_generation as generation
 
     original = generation.LLM
-    generation.LLM = functools.partial(original, kv_cache_memory_bytes=int(gib * 2**30))
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **merged_kwargs(kwargs, options))
+
+    generation.LLM = build
     try:
         yield
     finally:
@@ -252,7 +290,7 @@ def build_grpo(
         log_completions=False,
     )
     trainer_cls = _trainer_class()
-    with fixed_kv_cache(config.rollout.vllm_kv_cache_gib if args.use_vllm else 0.0):
+    with colocated_engine(config.rollout.vllm_engine() if args.use_vllm else VLLMEngineOptions()):
         trainer = trainer_cls(
             model=model,
             reward_funcs=[fathom_reward, *extra_reward_funcs],
@@ -289,6 +327,7 @@ def build_grpo(
     trainer.fathom_keep_last = config.checkpoint.keep_last
     trainer.fathom_train_subcalls = config.rollout.train_subcalls
     trainer.fathom_max_subcall_rows = config.rollout.max_subcall_rows
+    trainer.fathom_group_by_length = g.group_by_length
     trainer.fathom_log_kl = g.log_kl
     names = [t.name for t in config.curriculum.tiers]
     control = ControlFile(run_dir / "control.json", names, (config.penalty.min, config.penalty.max))
