@@ -83,7 +83,9 @@ class SandboxPool:
         """A Sandbox for this document on a pre-started worker (same contract as ``Sandbox.start``)."""
         if self._launcher is None or self._closed:
             raise RuntimeError("the pool is not open")
-        sandbox = Sandbox(self._launcher, self._take, llm, self._documents.open(ctx_path, ctx_text), self._forget)
+        sandbox = Sandbox(
+            self._launcher, self._take, llm, self._documents.open(ctx_path, ctx_text), self._forget
+        )
         self._live.add(sandbox)
         try:
             worker = await self._take(refill=False)
