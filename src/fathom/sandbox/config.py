@@ -52,7 +52,6 @@ class SandboxConfig:
     # As root in bwrap mode: fork workers from a fork server (same layers, no exec per worker); False: exec each
     fork_server: bool = True
     runtime_dir: str | None = None  # where worker files, cgroups tags and work dirs go (default: a temp dir)
-    document_cache_mb: int = 256  # a pool keeps in-memory documents this large in all, sealed (0: none)
 
     def __post_init__(self) -> None:
         if not 0 < self.soft_timeout_s < self.hard_timeout_s:
@@ -67,8 +66,8 @@ class SandboxConfig:
                      "max_llm_chars", "max_batch", "max_frame_bytes", "max_open_files"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.max_llm_calls < 0 or self.cpu_cores < 0 or self.document_cache_mb < 0:
-            raise ValueError("max_llm_calls, cpu_cores and document_cache_mb must be >= 0")
+        if self.max_llm_calls < 0 or self.cpu_cores < 0:
+            raise ValueError("max_llm_calls and cpu_cores must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,14 @@ It does not parse model text or score anything.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
 import re
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -36,7 +38,6 @@ from fathom.sandbox.config import (
     SandboxConfig,
     SandboxStats,
 )
-from fathom.sandbox.documents import open_ctx
 from fathom.sandbox.launch import Launcher, Worker
 from fathom.sandbox.protocol import ProtocolError
 
@@ -59,6 +60,27 @@ def clean_text(text: str) -> str:
 
 def _cap(text: str, limit: int) -> tuple[str, int]:
     return (text, 0) if len(text) <= limit else (text[:limit], len(text) - limit)
+
+
+def open_ctx(ctx_path: str | os.PathLike | None, ctx_text: str | None) -> tuple[int, int]:
+    """(read-only fd, size in bytes) of the document: the file at ctx_path, or ctx_text in a sealed memfd."""
+    if (ctx_path is None) == (ctx_text is None):
+        raise ValueError("give exactly one of ctx_path and ctx_text")
+    if ctx_text is not None:
+        data = ctx_text.encode("utf-8", "surrogatepass")
+        fd = os.memfd_create("fathom-ctx", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # the worker gets this fd: it must not edit the document
+        return fd, len(data)
+    fd = os.open(ctx_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # NONBLOCK: a FIFO must not hang us
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError(f"ctx_path must be a regular file: {ctx_path}")
+    return fd, st.st_size
 
 
 class Sandbox:

@@ -18,9 +18,8 @@ import os
 import signal
 from types import TracebackType
 
-from fathom.sandbox.config import IsolationReport, LLMHandler, MiB, SandboxConfig
-from fathom.sandbox.documents import DocumentCache
-from fathom.sandbox.host import Sandbox
+from fathom.sandbox.config import IsolationReport, LLMHandler, SandboxConfig
+from fathom.sandbox.host import Sandbox, open_ctx
 from fathom.sandbox.launch import Launcher, Worker
 from fathom.sandbox.selftest import self_test
 
@@ -44,8 +43,6 @@ class SandboxPool:
         self._live: set[Sandbox] = set()
         self._signals: list[int] = []
         self._closed = False
-        # Sealed memfds of recent documents: a reset onto a known text skips encoding and copying it
-        self._documents = DocumentCache(self.config.document_cache_mb * MiB)
 
     async def open(self) -> SandboxPool:
         self._launcher = Launcher(self.config)
@@ -83,9 +80,7 @@ class SandboxPool:
         """A Sandbox for this document on a pre-started worker (same contract as ``Sandbox.start``)."""
         if self._launcher is None or self._closed:
             raise RuntimeError("the pool is not open")
-        sandbox = Sandbox(
-            self._launcher, self._take, llm, self._documents.open(ctx_path, ctx_text), self._forget
-        )
+        sandbox = Sandbox(self._launcher, self._take, llm, open_ctx(ctx_path, ctx_text), self._forget)
         self._live.add(sandbox)
         try:
             worker = await self._take(refill=False)
@@ -150,7 +145,6 @@ class SandboxPool:
             await asyncio.gather(*(self._launcher.kill(w) for w in self._ready))
             self._ready.clear()
             self._launcher.close()
-        self._documents.close()
 
     # ---- signals ----------------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> None:
