@@ -24,9 +24,15 @@ class LayerUnavailable(Exception):
     """This layer cannot be applied on this kernel/arch; the message says why."""
 
 
+# CDLL(None) is the already-loaded libc; find_library("c") would fork ldconfig (slow, denied in the jail).
+# One handle, its functions resolved at import: a worker forked by the zygote then finds them built
+# instead of allocating them anew in its copy-on-write heap.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.prctl, _LIBC.syscall  # noqa: B018  # resolving caches the function objects on the handle
+
+
 def _libc() -> ctypes.CDLL:
-    # CDLL(None) is the already-loaded libc; find_library("c") would fork ldconfig (slow, denied in the jail).
-    return ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _check(ret: int, what: str) -> int:
@@ -193,12 +199,20 @@ def seccomp_program() -> list[tuple[int, int, int, int]]:
     return prog
 
 
+def _build_filter() -> tuple[ctypes.Array, _SockFprog]:
+    prog = seccomp_program()
+    insns = (_SockFilter * len(prog))(*(_SockFilter(*insn) for insn in prog))
+    return insns, _SockFprog(len(prog), insns)  # the array is kept: fprog only points into it
+
+
+# Built once at import (the same for every worker), not in each worker after its fork.
+_FILTER = _build_filter()
+
+
 def seccomp() -> None:
     """Install the deny-list filter. Needs no_new_privs first. x86_64 only."""
     machine = os.uname().machine  # not platform.machine(): importing platform costs ~5 ms per worker
     if machine != "x86_64":
         raise LayerUnavailable(f"the seccomp table is x86_64-only (this is {machine})")
-    prog = seccomp_program()
-    insns = (_SockFilter * len(prog))(*(_SockFilter(*insn) for insn in prog))
-    fprog = _SockFprog(len(prog), insns)
+    fprog = _FILTER[1]
     _check(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp filter")

@@ -303,6 +303,7 @@ def main(argv: list[str]) -> None:
     except BaseException:
         sock.send(json.dumps({"error": traceback.format_exc()[-2000:]}).encode())
         os._exit(1)
+    libc.sethostname  # noqa: B018  # resolved here, once, not in every worker tree's copy of the heap
     gc.freeze()  # children do not touch the heap's pages just to collect them
     sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     serve(zcfg, sock, proc_fd)

@@ -8,7 +8,8 @@ Every reset that reaches the server — session-keyed HTTP or OpenEnv's /ws — 
 - rejects a task that names a file (``document_path``): a client may only send its document inline;
 - caps the document length a client may ask a generator for (`max_length_tokens`);
 - resolves the task (parsing an inline document, or generating one) in a worker thread, so a large
-  document never stalls the event loop that serves the other sessions;
+  document never stalls the event loop that serves the other sessions; a loaded task's id is a dict
+  lookup and stays on the loop;
 - reports a bad request as `InvalidTask` (or the environment's `TaskNotFound`), so the HTTP routes can
   answer 422/404 while anything else stays a server error.
 
@@ -56,6 +57,8 @@ class ServedEnvironment(RLMEnvironment):
             # A path would name a file on the server's disk.
             raise InvalidTask("a task sent to the server must carry 'document' inline, not 'document_path'")
         try:
+            if task_id is not None and task is None and family is None:  # a dict lookup: no thread hop
+                return self.resolve_task(task, task_id, family, seed, length_tokens)
             return await asyncio.to_thread(self.resolve_task, task, task_id, family, seed, length_tokens)
         except TaskNotFound:
             raise
