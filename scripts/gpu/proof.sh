@@ -47,6 +47,7 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
   SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
+  [ "${PROOF_SCALE:-full}" = tiny ] || FINAL_RESERVE_S=330
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM}
 GRPO_LR=${GRPO_LR:-$LR}
@@ -89,6 +90,11 @@ stage_data() {
     --heldout-unseen "$UNSEEN" --heldout-unseen-lengths "${LENGTHS[@]}" --no-progress > "$D/logs/data.log" 2>&1
   keep "$D/data/build.json"
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
+}
+stage_settings() { # what this run resolved, into the progress log
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR;" \
+    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
   if [ "$MODEL" = qwen2.5-coder-0.5b ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join; fi
@@ -160,6 +166,7 @@ step() {
 }
 stage_pipeline() {
   export PROOF_DEADLINE=${PROOF_DEADLINE:-$(( $(date +%s) + BUDGET_S ))}
+  stage_settings
   step data & local data=$!
   step model || { wait; return 1; }
   wait "$data" || return 1

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU machine, in each call that carries Qwen pieces (see .qplan, written by scripts/gpu/prepare_carry_qwen.sh):
 #   stage_qwen.sh        park this call's GGUF pieces in /root/qparts; unpack the corpora and bubblewrap if carried
-#   stage_qwen.sh join   join the pieces in order, check the sha256, install the carried wheels (.whl, parked by
-#                        the call that carried them) and de-quantize the model once into FATHOM's cache with
-#                        FATHOM's own code (fathom.models.offline.qwen_coder_dir); source scripts/gpu/env.sh first
+#                        and install the carried wheels (.whl) into /tmp/site
+#   stage_qwen.sh join   join the pieces in order, check the sha256 and de-quantize the model once into FATHOM's
+#                        cache with FATHOM's own code (fathom.models.offline.qwen_coder_dir); source
+#                        scripts/gpu/env.sh first
 # /root survives between calls only while the machine stays warm.
 set -euo pipefail
 mkdir -p /root/qparts
@@ -14,7 +15,9 @@ case ${1:-park} in
       mkdir -p /root/.cache/fathom/corpora && tar -xJf .q1/corpora.tar.xz -C /root/.cache/fathom/corpora
       rm -rf /tmp/bwrap-deb && dpkg -x .q1/bubblewrap_*.deb /tmp/bwrap-deb && cp /tmp/bwrap-deb/usr/bin/bwrap /usr/local/bin/
     fi
-    if [ -d .whl ]; then rm -rf /root/whl && cp -r .whl /root/whl; fi
+    if [ -d .whl ]; then  # the wheels the image lacks, installed at once: every later call imports them
+      mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    fi
     ls /root/qparts | tr '\n' ' '; du -sb /root/qparts ;;
   join)
     if [ ! -f /root/qwen.gguf.ok ]; then
@@ -23,8 +26,6 @@ case ${1:-park} in
       echo "$sha  /root/qwen.gguf" | sha256sum -c -
       touch /root/qwen.gguf.ok
     fi
-    mkdir -p /tmp/site
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/whl/*.whl
     FATHOM_QWEN_CODER_GGUF=/root/qwen.gguf python3 -c \
       "from fathom.models.offline import qwen_coder_dir; print(qwen_coder_dir())" ;;
   *) echo "usage: stage_qwen.sh [join]" >&2; exit 2 ;;
