@@ -47,7 +47,7 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
   SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
-  [ "${PROOF_SCALE:-full}" = tiny ] || FINAL_RESERVE_S=330
+  [ "${PROOF_SCALE:-full}" = tiny ] || FINAL_RESERVE_S=${PROOF_FINAL_RESERVE_S:-330}
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM}
 GRPO_LR=${GRPO_LR:-$LR}
@@ -159,9 +159,10 @@ stage_pack() { # one archive of everything kept (the device returns at most 8 fi
 }
 # A stage of the pipeline runs as its own invocation of this script, so that `set -e` holds inside it (bash
 # ignores errexit in functions called from `&&`, `||` or `if`), and its status is what the pipeline sees.
-step() {
+step() { # a stage already done on this machine ($D/done/STAGE) is skipped: `start` again resumes the pipeline
+  if [ -f "$D/done/$1" ] && [ "$1" != report ] && [ "$1" != pack ]; then log "stage $1 already done"; return 0; fi
   local t; t=$(date +%s); log "stage $1 start"
-  if bash scripts/gpu/proof.sh "$1"; then log "stage $1 done in $(($(date +%s) - t)) s"
+  if bash scripts/gpu/proof.sh "$1"; then log "stage $1 done in $(($(date +%s) - t)) s"; mkdir -p "$D/done"; touch "$D/done/$1"
   else log "stage $1 FAILED after $(($(date +%s) - t)) s (log: $D/logs)"; return 1; fi
 }
 stage_pipeline() {

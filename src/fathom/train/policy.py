@@ -44,7 +44,7 @@ def process_state(setting: str, gpu_memory_fraction: float = 0.0) -> tuple[str, 
     device = device_for(setting)
     state = PartialState(cpu=device == "cpu")
     if gpu_memory_fraction and device == "cuda":
-        torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, state.device)
+        torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction, torch.cuda.current_device())
     return device, state
 
 
