@@ -218,6 +218,7 @@ def build_grpo(
 
     from fathom.train.callbacks import FathomCallback, set_loss_temperature
     from fathom.train.generation import needs_lockstep
+    from fathom.train.nonfinite import SkipNonFiniteSteps
     from fathom.train.policy import load_policy, process_state, use_bf16
     from fathom.train.rollout_func import FathomRollout, fathom_reward
 
@@ -335,6 +336,8 @@ def build_grpo(
     callback = FathomCallback(config, recipe, rollout, source, metrics, control)
     callback.trainer = trainer
     trainer.callback_handler.callbacks.insert(0, callback)  # its on_log enriches the record reporters see
+    trainer.fathom_nonfinite = SkipNonFiniteSteps()
+    trainer.add_callback(trainer.fathom_nonfinite)
     if recipe.temperature != config.rollout.temperature:  # a control file changed it before the checkpoint
         set_loss_temperature(trainer, recipe.temperature)
     return GRPORun(config, run_dir, trainer, rollout, recipe, callback, resume_from)
@@ -367,6 +370,7 @@ def train_run(run: GRPORun) -> dict[str, Any]:
         "train_loss": result.training_loss,
         "recipe": run.recipe.to_dict(),
         "num_input_tokens_seen": trainer.state.num_input_tokens_seen,
+        "skipped_nonfinite_steps": trainer.fathom_nonfinite.skipped,
         "exported": exported,
     }
     if trainer.accelerator.is_main_process:

@@ -191,6 +191,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
 
     from fathom.models import load_tokenizer
     from fathom.models.loading import ModelSpec
+    from fathom.train.nonfinite import SkipNonFiniteSteps
     from fathom.train.policy import load_policy, merge_base, process_state, use_bf16
 
     s = config.sft
@@ -272,13 +273,14 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         seed=config.run.seed,
     )
     stopping = HeldoutStopping(model, s.patience, s.entropy_floor) if evaluating else None
+    guard = SkipNonFiniteSteps()  # one NaN step would make every later one train a NaN model
     trainer = SFTTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(examples),
         eval_dataset=Dataset.from_list(heldout_examples) if evaluating else None,
         processing_class=tokenizer,
-        callbacks=[LogToJsonl(), *([stopping] if stopping else [])],
+        callbacks=[LogToJsonl(), guard, *([stopping] if stopping else [])],
     )
     result = trainer.train()
     if stopping is not None:
@@ -313,6 +315,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "assistant_loss_after": loss_after,
         "heldout_loss_after": assistant_loss(model, heldout_examples[:LOSS_PROBE]) if evaluating else None,
         "stopping": stopping.record.summary() if stopping else None,
+        "skipped_nonfinite_steps": guard.skipped,
         "exported": exported,
     }
     if dist.is_main_process:
