@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU proof, run 3 (issue #16): teacher SFT (stopped by held-out loss and an entropy floor) -> GRPO with
+# The GPU proof (issue #16; runs 3 and 4): teacher SFT (stopped by held-out loss and an entropy floor) -> GRPO with
 # the environment in the loop, through TRL's colocated vLLM, twice side by side (the policy's llm() answers
 # trained as rows of their own, and masked) -> evaluation of direct, untrained, SFT and both SFT+GRPO runs on
 # the training families' held-out split and the unseen families' split, 8K to 400K tokens.
@@ -42,18 +42,20 @@ case ${PROOF_SCALE:-full} in
     FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4
+SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4 SUBCALL_ROWS=8 SHARE=0.36
 if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
   SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
   [ "${PROOF_SCALE:-full}" = tiny ] || FINAL_RESERVE_S=${PROOF_FINAL_RESERVE_S:-330}
+  # run 4: the sub-calls run ran out of its 50.3 GiB share at 8 sub-call rows a step (151,936-way logits)
+  SUBCALL_ROWS=4 SHARE=0.42
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM}
 GRPO_LR=${GRPO_LR:-$LR}
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
-GRPO_GPU_SHARE=${GRPO_GPU_SHARE:-$([ "$DEVICE" = cpu ] && echo 0 || echo 0.36)}
+GRPO_GPU_SHARE=${GRPO_GPU_SHARE:-$([ "$DEVICE" = cpu ] && echo 0 || echo "$SHARE")}
 # Several vLLM engines share the GPU (evaluations beside training): each gets a fixed KV cache, since vLLM's
 # start-up memory profile aborts when another process frees GPU memory while it runs
 KV_GIB=${KV_GIB:-6}
@@ -93,7 +95,7 @@ stage_data() {
 }
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR;" \
-    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -138,8 +140,8 @@ grpo_minutes() { # what is left of the budget, less the final evaluations and th
   awk "BEGIN { printf \"%.1f\", $left / 60 }"
 }
 # the sub-call rows widen the loss's micro-batches (run 3: 88.8 GiB at 16 sub-call rows a step, beside the
-# masked run): at most 8 a step
-stage_grpo() { grpo_run grpo true "$(grpo_minutes)" 29517 --rollout.max_subcall_rows=8; }
+# masked run): at most SUBCALL_ROWS a step
+stage_grpo() { grpo_run grpo true "$(grpo_minutes)" 29517 --rollout.max_subcall_rows="$SUBCALL_ROWS"; }
 stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)" 29527; }
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
