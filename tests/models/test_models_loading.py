@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -102,3 +104,17 @@ def test_qwen_coder_source_errors_say_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(offline.OfflineModelError, match="is not a file"):
         resolve_model_dir("qwen2.5-coder-0.5b")
     assert not (tmp_path / "cache" / "models" / "qwen2.5-coder-0.5b-instruct").exists()  # nothing half-built
+
+
+@pytest.mark.slow
+def test_gguf_conversion_sets_the_chat_models_end_of_turn(tmp_path):
+    """The end-of-turn token a GGUF's reader picks is overridden where the chat format needs another one."""
+    from fathom.models import offline
+
+    out = tmp_path / "model"
+    out.mkdir()
+    offline._gguf_to_dir(offline.smollm2_gguf(), out, eos_token="<|im_start|>")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.eos_token == "<|im_start|>"
+    config = json.loads((out / "generation_config.json").read_text())
+    assert config["eos_token_id"] == tokenizer.convert_tokens_to_ids("<|im_start|>")
