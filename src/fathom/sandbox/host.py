@@ -102,6 +102,7 @@ class Sandbox:
         self._closed = self._dirty = False
         self._llm_calls = self._llm_chars = self._cells = self._restarts = 0
         self._closing: asyncio.Future[None] | None = None  # resolved by close(): wakes a waiting cell
+        self._closed_all = asyncio.Event()  # set once close() has released everything
 
     @classmethod
     async def start(
@@ -206,18 +207,22 @@ class Sandbox:
             return result
 
     async def close(self) -> None:
-        """Kill the worker and release everything. Idempotent."""
+        """Kill the worker and release everything. Idempotent: a second call returns once the first is done."""
         if self._closed:
+            await self._closed_all.wait()
             return
         self._closed = True
         if self._closing is not None and not self._closing.done():
             self._closing.set_result(None)
         worker, self._worker = self._worker, None
-        if worker is not None:
-            await self._launcher.kill(worker)
-        os.close(self._ctx_fd)
-        if self._on_close is not None:
-            await self._on_close(self)
+        try:
+            if worker is not None:
+                await self._launcher.kill(worker)
+            os.close(self._ctx_fd)
+            if self._on_close is not None:
+                await self._on_close(self)
+        finally:
+            self._closed_all.set()
 
     async def __aenter__(self) -> Sandbox:
         return self
