@@ -183,10 +183,9 @@ def test_sync_api_works_inside_a_running_loop(task):
     assert asyncio.run(inside_a_loop()) == str(len(task.document))
 
 
-def test_a_finished_episode_is_torn_down_off_the_reply_and_aclose_waits_for_it(task):
-    """The final step returns before its worker is torn down (the worker is stopped meanwhile, and
-    never used again); the next reset gets a fresh worker, and aclose returns only once every worker
-    the environment started is gone."""
+def test_each_episode_gets_a_fresh_worker_and_none_outlives_aclose(task):
+    """Workers are never reused across episodes, and once aclose returns no process of any episode the
+    environment ran is left."""
 
     async def run():
         env = RLMEnvironment(EnvConfig(max_iterations=1))

@@ -122,7 +122,6 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             tasks = load_tasks(tasks)
         self._tasks = {t.id: t for t in tasks or ()}
         self._sandbox: Sandbox | None = None
-        self._retiring: set[asyncio.Task[None]] = set()  # finished episodes' sandboxes being torn down
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # the sync API's own loop, on its own thread
         self._sync_thread: threading.Thread | None = None
@@ -173,7 +172,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         **_: Any,
     ) -> RLMObservation:
         resolved = self.resolve_task(task, task_id, family, seed, length_tokens)
-        self._retire_sandbox()
+        await self._close_sandbox()
         self._loop = asyncio.get_running_loop()
         self._task, self._reward, self.trace = resolved, None, []
         ctx_path, ctx_text = self._document_source(resolved)
@@ -319,7 +318,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             self._reward = breakdown.to_dict()
             observation.reward = breakdown.total
             observation.reward_breakdown = self._reward
-        self._retire_sandbox()
+        await self._close_sandbox()
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(
@@ -391,26 +390,18 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         return replies
 
     # ---- teardown --------------------------------------------------------------------------------
-    def _retire_sandbox(self) -> None:
-        """Tear the episode's sandbox down without holding up the reply that ends the episode (or the
-        reset that starts the next one). Its worker is SIGSTOPped between cells, so it gets no CPU until
-        the kill; it is never used again. `aclose` waits for every teardown and raises what one raised."""
+    async def _close_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
-        for task in [t for t in self._retiring if t.done()]:
-            self._retiring.discard(task)
-            task.result()  # a teardown that failed is our error: raise it here, not never
         if sandbox is not None:
-            self._retiring.add(asyncio.get_running_loop().create_task(sandbox.close()))
+            await sandbox.close()
 
     async def aclose(self) -> None:
-        self._retire_sandbox()
-        retiring, self._retiring = list(self._retiring), set()
-        await asyncio.gather(*retiring)
+        await self._close_sandbox()
 
     def close(self) -> None:
         """Sync close, callable from any thread (OpenEnv calls it from an executor thread)."""
         loop = self._loop
-        if (self._sandbox is not None or self._retiring) and loop is not None and loop.is_running():
+        if self._sandbox is not None and loop is not None and loop.is_running():
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
