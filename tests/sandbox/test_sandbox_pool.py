@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import config, pid_alive
 
-from fathom.sandbox import Sandbox, SandboxPool
+from fathom.sandbox import Sandbox, SandboxClosed, SandboxPool
 
 HOST_SCRIPT = """
 import asyncio, json, os, signal, sys
@@ -151,7 +152,13 @@ def test_a_pooled_start_sends_the_document_and_the_first_cell_waits_for_it() -> 
             early = await pool.start(None, ctx_text=doc)
             pids = early.processes
             await early.close()
-            return first, pids
+            loading = await pool.start(None, ctx_text=doc)
+            cell = asyncio.create_task(loading.execute("print(1)"))
+            await asyncio.sleep(0)  # the cell is waiting for the load
+            await loading.close()
+            with pytest.raises(SandboxClosed):
+                await cell
+            return first, pids + loading.processes
 
     first, pids = run(go())
     assert (first.stdout, first.error, first.restarted) == ("3000000 True\n", None, False)

@@ -176,6 +176,11 @@ class Sandbox:
         except IsolationError:
             await self.close()
             raise
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and (current is None or not current.cancelling()):  # close() ended the load
+                raise SandboxClosed("the sandbox was closed while it loaded its document") from None
+            raise
         self._loading = None
 
     # ---- public surface -------------------------------------------------------------------------------
