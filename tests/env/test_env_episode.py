@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from pydantic import ValidationError
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, ScriptedSubLM, TaskNotFound
 from fathom.env.prompts import NO_CODE_MESSAGE
+from fathom.sandbox.proctree import pid_alive, process_tree
 from fathom.tasks import generate_task
 
 
@@ -179,3 +181,23 @@ def test_sync_api_works_inside_a_running_loop(task):
             env.close()
 
     assert asyncio.run(inside_a_loop()) == str(len(task.document))
+
+
+def test_each_episode_gets_a_fresh_worker_and_none_outlives_aclose(task):
+    """Workers are never reused across episodes, and once aclose returns no process of any episode the
+    environment ran is left."""
+
+    async def run():
+        env = RLMEnvironment(EnvConfig(max_iterations=1))
+        pids = []
+        for _ in range(2):
+            await env.reset_async(task=task)
+            pids.append(set(process_tree(os.getpid())[1:]))
+            obs = await env.step_async(repl("import os\nprint(os.getpid())"))
+            assert obs.done and obs.end_reason == "max_iterations" and obs.cells[0].stdout.strip()
+        await env.aclose()
+        return pids
+
+    first, second = asyncio.run(run())
+    assert first and second - first  # the second episode runs on a worker of its own
+    assert not [p for p in first | second if pid_alive(p)]

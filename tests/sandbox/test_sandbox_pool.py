@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import config, pid_alive
 
-from fathom.sandbox import Sandbox, SandboxPool
+from fathom.sandbox import Sandbox, SandboxClosed, SandboxPool
 
 HOST_SCRIPT = """
 import asyncio, json, os, signal, sys
@@ -134,3 +135,31 @@ def test_sigterm_kills_workers_and_removes_the_pool_dirs() -> None:
     assert rc == -15
     assert wait_dead(info["pids"]) == []
     assert not os.path.exists(info["runtimes"][0])  # the pool's own dir went with the signal handler
+
+
+def test_a_pooled_start_sends_the_document_and_the_first_cell_waits_for_it() -> None:
+    """``start`` returns while the worker decodes the document; the first cell runs only once it is in
+    (an exec sent earlier would meet the load's reply: a protocol error and a restart), and closing a
+    sandbox whose load is still in flight kills its worker and raises nothing."""
+    doc = "é" * 3_000_000  # 6 MB of UTF-8: decoding it takes the worker milliseconds
+
+    async def go():
+        async with SandboxPool(config(), size=2, handle_signals=False) as pool:
+            await pool.wait_ready()
+            sb = await pool.start(None, ctx_text=doc)
+            first = await sb.execute("print(len(ctx), set(ctx) == {'é'})")
+            await sb.close()
+            early = await pool.start(None, ctx_text=doc)
+            pids = early.processes
+            await early.close()
+            loading = await pool.start(None, ctx_text=doc)
+            cell = asyncio.create_task(loading.execute("print(1)"))
+            await asyncio.sleep(0)  # the cell is waiting for the load
+            await loading.close()
+            with pytest.raises(SandboxClosed):
+                await cell
+            return first, pids + loading.processes
+
+    first, pids = run(go())
+    assert (first.stdout, first.error, first.restarted) == ("3000000 True\n", None, False)
+    assert pids and wait_dead(pids) == []

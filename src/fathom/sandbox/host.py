@@ -102,6 +102,8 @@ class Sandbox:
         self._closed = self._dirty = False
         self._llm_calls = self._llm_chars = self._cells = self._restarts = 0
         self._closing: asyncio.Future[None] | None = None  # resolved by close(): wakes a waiting cell
+        self._closed_all = asyncio.Event()  # set once close() has released everything
+        self._loading: asyncio.Future[None] | None = None  # a load the first execute() waits for
 
     @classmethod
     async def start(
@@ -126,20 +128,34 @@ class Sandbox:
         await sandbox._begin(None)
         return sandbox
 
-    async def _begin(self, worker: Worker | None) -> None:
-        """Load the document into ``worker`` (or a freshly spawned one); on failure close everything."""
+    async def _begin(self, worker: Worker | None, wait: bool = True) -> None:
+        """Load the document into ``worker`` (or a freshly spawned one); on failure close everything.
+
+        With ``wait=False`` the load is sent now and its reply awaited in the background, so a pooled
+        start returns while the worker decodes the document: the first ``execute`` waits for it (and
+        raises what it raised), so no cell ever runs before the document and its memory limit are in."""
         try:
             self._worker = worker or await self._spawn()
-            await self._load(self._worker)
+            load_id = self._send_load(self._worker)
+            if wait:
+                await self._loaded(self._worker, load_id)
+            else:
+                self._loading = asyncio.ensure_future(self._loaded(self._worker, load_id))
         except BaseException:
             await self.close()
             raise
 
     async def _load(self, worker: Worker) -> None:
+        await self._loaded(worker, self._send_load(worker))
+
+    def _send_load(self, worker: Worker) -> int:
         load_id = secrets.randbits(48)
         worker.channel.send({"op": "load", "id": load_id, "llm": self._llm is not None})
         socket.send_fds(worker.ctl, [b"c"], [self._ctx_fd])
         worker.ctl.close()
+        return load_id
+
+    async def _loaded(self, worker: Worker, load_id: int) -> None:
         timeout = self.config.start_timeout_s + self._ctx_bytes / 20e6  # decoding runs at ~500 MB/s
         try:
             reply = await worker.channel.recv(timeout)
@@ -151,6 +167,21 @@ class Sandbox:
             raise IsolationError("the sandbox worker answered the load with an unexpected frame")
         if worker.cgroup is not None:
             worker.cgroup.set_memory(self._launcher.memory_limit(self._ctx_bytes))
+
+    async def _finish_loading(self) -> None:
+        """Wait for a load `_begin` left running; a failed one ends the sandbox, as it would have at start."""
+        assert self._loading is not None
+        try:
+            await asyncio.shield(self._loading)  # a cancelled cell leaves the load running for the next one
+        except IsolationError:
+            await self.close()
+            raise
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and (current is None or not current.cancelling()):  # close() ended the load
+                raise SandboxClosed("the sandbox was closed while it loaded its document") from None
+            raise
+        self._loading = None
 
     # ---- public surface -------------------------------------------------------------------------------
     @property
@@ -187,6 +218,8 @@ class Sandbox:
         async with self._lock:
             if self._closed:
                 raise SandboxClosed("execute() on a closed Sandbox")
+            if self._loading is not None:
+                await self._finish_loading()
             self._cells += 1
             worker = self._worker
             assert worker is not None
@@ -206,18 +239,27 @@ class Sandbox:
             return result
 
     async def close(self) -> None:
-        """Kill the worker and release everything. Idempotent."""
+        """Kill the worker and release everything. Idempotent: a second call returns once the first is done."""
         if self._closed:
+            await self._closed_all.wait()
             return
         self._closed = True
         if self._closing is not None and not self._closing.done():
             self._closing.set_result(None)
         worker, self._worker = self._worker, None
-        if worker is not None:
-            await self._launcher.kill(worker)
-        os.close(self._ctx_fd)
-        if self._on_close is not None:
-            await self._on_close(self)
+        loading, self._loading = self._loading, None
+        if loading is not None:  # the load dies with the worker: its outcome no longer matters
+            loading.cancel()
+            if loading.done() and not loading.cancelled():
+                loading.exception()  # retrieved, so asyncio does not report it as lost
+        try:
+            if worker is not None:
+                await self._launcher.kill(worker)
+            os.close(self._ctx_fd)
+            if self._on_close is not None:
+                await self._on_close(self)
+        finally:
+            self._closed_all.set()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -246,8 +288,9 @@ class Sandbox:
         if len(code) * 6 > limit and len(json.dumps(frame)) > limit:
             return self._result(0.0, calls0, chars0, error="ValueError: the cell's code is too large")
         try:
-            worker.resume()
+            # Queued before the worker runs again: it finds the frame when it resumes, one wake-up, not two.
             channel.send(frame)
+            worker.resume()
             deadline = started + hard
             while True:
                 message = await channel.recv(deadline - time.perf_counter())

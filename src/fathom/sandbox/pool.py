@@ -2,7 +2,8 @@
 
 A pre-started worker has already been through bwrap, the uid drop, its cgroup and every in-worker layer;
 it only waits for the document's file descriptor. ``start`` takes one (spawning directly when the pool is
-empty) and refills in the background; a sandbox from the pool restarts from the pool too. The pool runs
+empty), sends it the document and returns while the worker reads it (the first cell waits for that), and
+refills in the background; a sandbox from the pool restarts from the pool too. The pool runs
 the start-up self-test, and on ``close`` — or SIGTERM/SIGHUP when ``handle_signals`` — it kills every worker
 it made and removes their cgroups and temp dirs. If the host dies outright, workers die with it
 (bwrap --die-with-parent / PR_SET_PDEATHSIG) and the next pool sweeps what was left on disk.
@@ -87,8 +88,8 @@ class SandboxPool:
         except BaseException:
             await sandbox.close()
             raise
-        await sandbox._begin(worker)
-        self._refill()  # only now: a spawn runs Popen on this loop and would delay this episode's load
+        await sandbox._begin(worker, wait=False)
+        self._refill()  # only now: a spawn runs on this loop and would delay sending this episode's load
         return sandbox
 
     async def wait_ready(self) -> None:

@@ -300,6 +300,17 @@ def receive_ctx(ctl_fd: int) -> tuple[str, int]:
         os.close(fd)
 
 
+def warm_up(cfg: dict) -> None:
+    """Take a load and a first cell's code paths once, on a stand-in document, before "ready".
+
+    The pages they touch (shared copy-on-write with the fork server) are then copied while the worker
+    waits in the pool, not during an episode's reset and first step. No model code runs here and nothing
+    of it is kept: the episode gets a fresh ``Repl``."""
+    repl = Repl("warm", {**cfg, "fd_in": -1, "fd_out": -1}, False)
+    protocol.encode(repl.run(0, "print(len(ctx))", cfg["soft_timeout_s"]))
+    linecache.cache.clear()
+
+
 def main(argv: list[str]) -> None:
     cfg = json.loads(argv[1])
     if cfg["ppid"]:
@@ -307,6 +318,7 @@ def main(argv: list[str]) -> None:
     os.chdir(cfg["workdir"])
     applied, missing, info = apply_layers(cfg)
     info.update(pid=os.getpid(), uid=os.getuid(), groups=os.getgroups())
+    warm_up(cfg)
     fd_in, fd_out, max_frame = cfg["fd_in"], cfg["fd_out"], cfg["max_frame"]
     protocol.write_frame(fd_out, {"op": "ready", "layers": applied, "missing": missing, "info": info})
     load = protocol.read_frame(fd_in, max_frame)
