@@ -97,7 +97,7 @@ def proof_env(run_dir: Path, out: Path | None = None, **extra: str) -> dict[str,
     return env
 
 
-def fake_run(run_dir: Path) -> bytes:
+def fake_run(run_dir: Path, sft_lora: bool = True) -> bytes:
     """A run as the pipeline leaves it after GRPO; returns the newest checkpoint's adapter bytes."""
     for stage in ("data", "model", "baselines", "sft", "sft_eval", "grpo"):
         (run_dir / "done").mkdir(parents=True, exist_ok=True)
@@ -111,6 +111,9 @@ def fake_run(run_dir: Path) -> bytes:
     (run_dir / "sft").mkdir()
     (run_dir / "sft" / "summary.json").write_text("{}\n")
     (run_dir / "sft" / "metrics.jsonl").write_text("{}\n")
+    sft_final = run_dir / "sft" / "final" / ("adapter" if sft_lora else "model")
+    sft_final.mkdir(parents=True)
+    (sft_final / "config.json").write_text("{}\n")
     (run_dir / "eval" / "rlm-sft").mkdir(parents=True)
     (run_dir / "eval" / "rlm-sft" / "summary.json").write_text("{}\n")
     adapter = b""
@@ -229,10 +232,15 @@ def test_prepare_carry_back_refuses_pieces_of_two_packs(tmp_path):
 
 
 def test_bring_refuses_a_full_fine_tune(tmp_path):
-    run_dir = tmp_path / "run"
-    fake_run(run_dir)
+    lora, full = tmp_path / "lora", tmp_path / "full"
+    fake_run(lora)
+    fake_run(full, sft_lora=False)
     out = tmp_path / "out"
     out.mkdir()
-    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(run_dir, out, PROOF_SFT_LORA="0"))
+    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(lora, out, PROOF_SFT_LORA="0"))
     assert done.returncode == 1 and "bring needs PROOF_SFT_LORA=1" in done.stderr
+    done = run(
+        ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(full, out)
+    )  # settings say LoRA, SFT was not
+    assert done.returncode == 1 and "this run's SFT was a full fine-tune" in done.stderr
     assert list(out.iterdir()) == []

@@ -217,6 +217,9 @@ CARRIED_STAGES=(data baselines sft sft_eval)  # what `restore` marks done (the m
 bring_pack() { # $D/bring: the state a later session continues GRPO from, one tar in pieces with a manifest
   [ "$SFT_LORA" = 1 ] || die "bring needs PROOF_SFT_LORA=1: a full fine-tune's weights, under the GRPO adapter, cannot come back"
   [ -f "$D/done/sft" ] || die "no finished SFT stage in $D: nothing to continue"
+  # a restored run has no SFT adapter (it stays behind), but carried its LoRA settings
+  [ -d "$D/sft/final/adapter" ] || grep -qx sft_lora=1 "$D/carry-meta/settings" 2>/dev/null \
+    || die "no SFT adapter in $D/sft/final: this run's SFT was a full fine-tune"
   local files=(keep carry-meta sft/summary.json sft/metrics.jsonl) runs=() r c e f
   for r in grpo grpo-masked; do
     c=$(newest_checkpoint "$D/$r")
@@ -277,6 +280,8 @@ stage_restore() { # this call's carried pieces (.cb*/); once all are here: join,
     die "these settings (<) are not the carried run's (>): run restore and start with the carried run's PROOF_* settings"
   fi
   tar -xzf "$in/carry.tgz" -C "$D" && rm -f "$in/carry.tgz"
+  cat "$D/keep/progress.log" "$D/progress.log" > "$D/progress.log.new" 2>/dev/null || true
+  mv "$D/progress.log.new" "$D/progress.log"  # one log across the sessions
   # deterministic (seed 8): the same tasks, which the sha256 below proves
   bash scripts/gpu/proof.sh data || die "rebuilding the data failed (log: $D/logs/data.log)"
   (cd "$D/data" && sha256sum -c --quiet "$D/carry-meta/data.sha256") || die "the rebuilt data differ from the carried run's"
