@@ -32,12 +32,12 @@
 # `proof.sh restore`, the last `restore && start`.
 # Without optimizer.pt, HF's Trainer loads neither the optimizer nor the scheduler (it loads the two together,
 # trainer.py `_load_optimizer_and_scheduler`): the carried run restarts AdamW's moments and the learning-rate
-# schedule (constant_with_warmup: 5 warm-up steps again) while the adapter, global step, RNG state and
+# schedule (constant_with_warmup: 5 warm-up steps again, the first at lr 0) while the adapter, global step, RNG state and
 # FATHOM's recipe state (curriculum, penalty) continue.
 # Size, Qwen2.5-Coder-0.5B at r=64 over all linear layers: 24 layers x 64 x (q 896+896, k 896+128, v 896+128,
 # o 896+896, gate/up/down 896+4864 each) = 35.2M parameters, saved in fp32 (PEFT keeps adapters in fp32 over
-# a bf16 base) = 141 MB a run, barely compressible: ~9 pieces (2 bring calls) for one run, ~18 (3 calls) for
-# both, and 3 or 5 calls of ~60 MB to carry them back in. SmolLM2-135M at r=64: 19.5M parameters, 78 MB a run.
+# a bf16 base) = 141 MB a run before gzip (the CPU rehearsal's adapter gzipped to 74%): at most 9 pieces
+# (2 bring calls) for one run, 18 (3 calls) for both, and 3 or 5 calls of ~60 MB to carry them back in. SmolLM2-135M at r=64: 19.5M parameters, 78 MB a run.
 #
 # Rehearsal on a CPU with the tiny model (same stages, small sizes):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
