@@ -9,6 +9,10 @@
 #                                           call; the machine keeps it while calls follow within 30 s)
 #   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
 #                                           ended, its archive goes to $OUT
+#   scripts/gpu/proof.sh bring [CALL]       (PROOF_SFT_LORA=1) pack what a later session needs to continue GRPO,
+#                                           and put one call's share of its pieces in $OUT (below)
+#   scripts/gpu/proof.sh restore            in a later session: take this call's carried pieces; once all are
+#                                           here, rebuild the state, so that `start` continues GRPO
 #
 # The pipeline runs what can share the GPU at once: the baselines during SFT, the SFT evaluation beside both
 # GRPO runs, the two final evaluations together. GRPO stops by `run.max_minutes`, computed so that the whole
@@ -17,6 +21,23 @@
 # On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d;
 # with PROOF_MODEL=qwen2.5-coder-0.5b, after the calls that scripts/gpu/prepare_carry_qwen.sh lists in .qplan
 # (the `model` stage joins and converts the carried GGUF while `data` builds the tasks).
+#
+# Across sessions (the GPU machine is fresh each lease): with PROOF_SFT_LORA=1, SFT trains a LoRA adapter
+# (rank PROOF_SFT_LORA_R, default 64, alpha 2r) and GRPO continues that same adapter, so a GRPO checkpoint's
+# adapter holds everything beyond the offline base model (a full fine-tune's 270 MB-1 GB cannot come back).
+# `bring` packs the newest checkpoint of each GRPO run without optimizer.pt, the run's metrics, the kept
+# results, the finished stages, the settings and the data's sha256 into one tar in pieces of 15 MiB with a
+# manifest (scripts/gpu/carry_pieces.sh); each call returns the manifest and 7 pieces (8 files). Then here:
+# scripts/gpu/prepare_carry_back.sh DIR... writes carry folders .cb1 ... and their calls (.cbplan), each call
+# `proof.sh restore`, the last `restore && start`.
+# Without optimizer.pt, HF's Trainer loads neither the optimizer nor the scheduler (it loads the two together,
+# trainer.py `_load_optimizer_and_scheduler`): the carried run restarts AdamW's moments and the learning-rate
+# schedule (constant_with_warmup: 5 warm-up steps again, the first at lr 0) while the adapter, global step, RNG state and
+# FATHOM's recipe state (curriculum, penalty) continue.
+# Size, Qwen2.5-Coder-0.5B at r=64 over all linear layers: 24 layers x 64 x (q 896+896, k 896+128, v 896+128,
+# o 896+896, gate/up/down 896+4864 each) = 35.2M parameters, saved in fp32 (PEFT keeps adapters in fp32 over
+# a bf16 base) = 141 MB a run before gzip (the CPU rehearsal's adapter gzipped to 74%): at most 9 pieces
+# (2 bring calls) for one run, 18 (3 calls) for both, and 3 or 5 calls of ~60 MB to carry them back in. SmolLM2-135M at r=64: 19.5M parameters, 78 MB a run.
 #
 # Rehearsal on a CPU with the tiny model (same stages, small sizes):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
@@ -43,6 +64,9 @@ case ${PROOF_SCALE:-full} in
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
 SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4 SUBCALL_ROWS=8 SHARE=0.36
+SFT_LORA=${PROOF_SFT_LORA:-0} SFT_LORA_R=${PROOF_SFT_LORA_R:-64}
+SFT_LORA_ALPHA=${PROOF_SFT_LORA_ALPHA:-$((2 * SFT_LORA_R))}
+case $SFT_LORA in 0|1) ;; *) echo "PROOF_SFT_LORA must be 0 or 1" >&2; exit 2 ;; esac
 if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
@@ -51,7 +75,7 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # run 4: the sub-calls run ran out of its 50.3 GiB share at 8 sub-call rows a step (151,936-way logits)
   SUBCALL_ROWS=4 SHARE=0.42
 fi
-MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM}
+MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
 GRPO_LR=${GRPO_LR:-$LR}
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
@@ -64,6 +88,16 @@ GRPO_SEED=${GRPO_SEED:-0}
 # every train length and difficulty, for the SFT transcripts
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
+if [ "$SFT_LORA" = 1 ]; then
+  SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
+  SFT_MODEL=$D/sft/final/merged
+  # adapter off is the base model, not the SFT model: fathom refuses log_kl there (fathom.train.reference_kl)
+  LOG_KL=false
+else
+  SFT_MODEL_ARGS=(--model.lora=false) SFT_MODEL=$D/sft/final/model LOG_KL=true
+fi
+BRING_PIECE=${PROOF_BRING_PIECE:-$((15 * 1024 * 1024))}  # under the 16 MiB a returned file may have
+BRING_PER_CALL=7                    # and the manifest: the 8 files a call returns
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$D/progress.log"; }
 fathom() { echo "+ fathom $*"; "$PY" -m fathom "$@"; }
 keep() { # small results into $D/keep (flat names); `pack` archives them
@@ -94,7 +128,7 @@ stage_data() {
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
 stage_settings() { # what this run resolved, into the progress log
-  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR;" \
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR;" \
     "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
@@ -102,9 +136,9 @@ stage_model() { # the student's weights, built once before stages load them side
   if [ "$MODEL" = qwen2.5-coder-0.5b ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join; fi
   "$PY" -c "from fathom.models import resolve_model_dir; print(resolve_model_dir('$MODEL'))"
 }
-stage_sft() { # full fine-tune on the teacher's grounded, correct transcripts (and reader rows)
+stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct transcripts (and reader rows)
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
-    --model.lora=false --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
+    "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor=0.03 \
@@ -114,15 +148,28 @@ stage_sft() { # full fine-tune on the teacher's grounded, correct transcripts (a
 stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
 stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
 stage_baselines() { stage_direct & stage_untrained & wait; }
-stage_sft_eval() { evaluate rlm-sft rlm "$D/sft/final/model" "rlm (SFT)"; }
-grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT model; resumes from DIR's newest
-  # checkpoint. PORT: TRL's colocated vLLM opens a torch.distributed store, one port per run on the machine
+stage_sft_eval() { evaluate rlm-sft rlm "$SFT_MODEL" "rlm (SFT)"; }
+newest_checkpoint() { # RUN_DIR: the name of its newest checkpoint, or nothing
+  [ -d "$1" ] || return 0
+  find "$1" -maxdepth 1 -type d -name 'checkpoint-*' -printf '%f\n' | sort -t- -k2 -n | tail -n 1
+}
+grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT model (a fresh adapter) or, with
+  # PROOF_SFT_LORA=1, continuing the SFT adapter; resumes from DIR's newest checkpoint.
+  # PORT: TRL's colocated vLLM opens a torch.distributed store, one port per run on the machine
   export MASTER_PORT=$4
+  local init=$SFT_MODEL
+  if [ "$SFT_LORA" = 1 ]; then
+    init=$D/sft/final/adapter
+    # after `restore` the SFT adapter is not here (it does not come back): the carried checkpoint's adapter is
+    # the same adapter, so it gives the model its shape, and the resume then loads its weights
+    local carried; carried=$(newest_checkpoint "$D/$1")
+    if [ ! -d "$init" ] && [ -n "$carried" ]; then init=$D/$1/$carried; fi
+  fi
   fathom grpo --config "$RECIPE" --run.run_dir="$D/$1" --run.device="$DEVICE" --model.name="$MODEL" \
-    --run.seed="$GRPO_SEED" --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
+    --run.seed="$GRPO_SEED" --model.init_from="$init" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --run.max_minutes="$3" --grpo.max_steps=1000 \
     --grpo.per_device_train_batch_size="$MICRO" --grpo.gradient_accumulation_steps="$ACCUM" \
-    --grpo.num_generations=8 --grpo.dynamic_sampling=true --grpo.oversample=2 --grpo.log_kl=true \
+    --grpo.num_generations=8 --grpo.dynamic_sampling=true --grpo.oversample=2 --grpo.log_kl="$LOG_KL" \
     --grpo.learning_rate="$GRPO_LR" --grpo.warmup_steps=5 --eval.every=0 --checkpoint.save_every=10 \
     --logging.progress=false --curriculum.min_dwell_steps=15 --rollout.generation_mode="$GEN_MODE" \
     --model.dtype=bfloat16 --rollout.max_turns="$TURNS" --rollout.max_new_tokens="$NEW" \
@@ -159,6 +206,91 @@ stage_pack() { # one archive of everything kept (the device returns at most 8 fi
   tar -czf "$D/proof.tgz" -C "$D" keep logs
   ls -la "$D/proof.tgz"
 }
+settings_record() { # what a carried run must match when it continues (not the budget or the GPU's shares)
+  printf '%s\n' "model=$MODEL" "scale=${PROOF_SCALE:-full}" "device=$DEVICE" "sft_lora=$SFT_LORA" \
+    "sft_lora_r=$SFT_LORA_R" "sft_lora_alpha=$SFT_LORA_ALPHA" "sft=$SFT_TASKS x$SFT_EPOCHS batch $SFT_BATCH x$SFT_ACCUM lr $SFT_LR" \
+    "grpo=micro $MICRO accum $ACCUM lr $GRPO_LR seed $GRPO_SEED subcall_rows $SUBCALL_ROWS" \
+    "rollout=turns $TURNS new $NEW total $TOTAL mode $GEN_MODE" "grpo_args=${GRPO_ARGS:-}"
+}
+die() { echo "proof.sh: $*" >&2; exit 1; }
+CARRIED_STAGES=(data baselines sft sft_eval)  # what `restore` marks done (the model is rebuilt by its stage)
+bring_pack() { # $D/bring: the state a later session continues GRPO from, one tar in pieces with a manifest
+  [ "$SFT_LORA" = 1 ] || die "bring needs PROOF_SFT_LORA=1: a full fine-tune's weights, under the GRPO adapter, cannot come back"
+  [ -f "$D/done/sft" ] || die "no finished SFT stage in $D: nothing to continue"
+  # a restored run has no SFT adapter (it stays behind), but carried its LoRA settings
+  [ -d "$D/sft/final/adapter" ] || grep -qx sft_lora=1 "$D/carry-meta/settings" 2>/dev/null \
+    || die "no SFT adapter in $D/sft/final: this run's SFT was a full fine-tune"
+  local files=(keep carry-meta sft/summary.json sft/metrics.jsonl) runs=() r c e f
+  for r in grpo grpo-masked; do
+    c=$(newest_checkpoint "$D/$r")
+    [ -n "$c" ] || continue
+    runs+=("$r/$c")
+    files+=("$r/$c")
+    for f in metrics.jsonl config.toml; do [ -f "$D/$r/$f" ] && files+=("$r/$f"); done
+  done
+  [ ${#runs[@]} -gt 0 ] || die "no GRPO checkpoint in $D/grpo or $D/grpo-masked"
+  for e in direct rlm-untrained rlm-sft; do
+    for f in "$D/eval/$e"{,-unseen}/{summary.json,eval.jsonl,traces_sample.jsonl}; do
+      [ -f "$f" ] && files+=("${f#"$D"/}")
+    done
+  done
+  rm -rf "$D/bring" "$D/carry-meta" && mkdir -p "$D/bring" "$D/carry-meta"
+  settings_record > "$D/carry-meta/settings"
+  (cd "$D/data" && sha256sum ./*.jsonl) > "$D/carry-meta/data.sha256"
+  ls "$D/done" > "$D/carry-meta/done"
+  printf '%s\n' "${runs[@]}" > "$D/carry-meta/checkpoints"
+  cp "$D/progress.log" "$D/keep/"
+  tar -czf "$D/bring/carry.tgz" -C "$D" --exclude=optimizer.pt "${files[@]}"
+  bash scripts/gpu/carry_pieces.sh split "$D/bring/carry.tgz" "$BRING_PIECE" "$D/bring/pieces"
+  log "bring: packed ${runs[*]} ($(stat -c %s "$D/bring/carry.tgz") bytes)"
+}
+bring_call() { # N: the manifest and the N-th call's pieces into $OUT
+  local m=$D/bring/pieces/manifest.sha256 names n=$1 calls i
+  [ -f "$m" ] || die "nothing packed in $D/bring: run proof.sh bring first"
+  [ -n "${OUT:-}" ] || die "OUT is not set: the device call's output folder"
+  mapfile -t names < <(tail -n +2 "$m" | awk '{print $2}')
+  calls=$(( (${#names[@]} + BRING_PER_CALL - 1) / BRING_PER_CALL ))
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le "$calls" ] || die "bring CALL must be 1..$calls, got '$n'"
+  cp "$m" "$OUT/"
+  for ((i = (n - 1) * BRING_PER_CALL; i < n * BRING_PER_CALL && i < ${#names[@]}; i++)); do
+    cp "$D/bring/pieces/${names[i]}" "$OUT/"
+  done
+  echo "bring: call $n of $calls returns the manifest and pieces $(( (n - 1) * BRING_PER_CALL + 1 ))-$i of ${#names[@]}"
+  [ "$n" -eq "$calls" ] || echo "next: bash scripts/gpu/proof.sh bring $((n + 1))"
+}
+stage_restore() { # this call's carried pieces (.cb*/); once all are here: join, check, unpack, rebuild the data
+  local in=$D/carry-in m f lost s r
+  mkdir -p "$in"
+  for m in .cb*/manifest.sha256; do
+    [ -f "$m" ] || continue
+    if [ -f "$in/manifest.sha256" ] && ! cmp -s "$m" "$in/manifest.sha256"; then
+      die "$m is another pack's manifest than the one already in $in"
+    fi
+    cp "$m" "$in/"
+  done
+  for f in .cb*/carry.tgz.[0-9]*; do if [ -f "$f" ]; then cp "$f" "$in/"; fi; done
+  [ -f "$in/manifest.sha256" ] || die "no manifest.sha256 carried: carry the .cbN folders that prepare_carry_back.sh wrote"
+  lost=$(bash scripts/gpu/carry_pieces.sh missing "$in")
+  if [ -n "$lost" ]; then log "restore: $(echo "$lost" | wc -l) pieces still to come ($(echo "$lost" | tr '\n' ' '))"; return 0; fi
+  for r in grpo grpo-masked; do
+    [ -z "$(newest_checkpoint "$D/$r")" ] || die "$D/$r already holds a checkpoint: restore into a fresh PROOF_DIR"
+  done
+  bash scripts/gpu/carry_pieces.sh join "$in" "$in/carry.tgz"
+  if ! diff <(settings_record) <(tar -xzOf "$in/carry.tgz" carry-meta/settings); then
+    die "these settings (<) are not the carried run's (>): run restore and start with the carried run's PROOF_* settings"
+  fi
+  tar -xzf "$in/carry.tgz" -C "$D" && rm -f "$in/carry.tgz"
+  cat "$D/keep/progress.log" "$D/progress.log" > "$D/progress.log.new" 2>/dev/null || true
+  mv "$D/progress.log.new" "$D/progress.log"  # one log across the sessions
+  # deterministic (seed 8): the same tasks, which the sha256 below proves
+  bash scripts/gpu/proof.sh data || die "rebuilding the data failed (log: $D/logs/data.log)"
+  (cd "$D/data" && sha256sum -c --quiet "$D/carry-meta/data.sha256") || die "the rebuilt data differ from the carried run's"
+  grep -qx sft "$D/carry-meta/done" || die "the carried run has no finished SFT stage"
+  mkdir -p "$D/done"
+  for s in "${CARRIED_STAGES[@]}"; do if grep -qx "$s" "$D/carry-meta/done"; then touch "$D/done/$s"; fi; done
+  log "restore: $(tr '\n' ' ' < "$D/carry-meta/checkpoints")carried; done: $(ls "$D/done" | tr '\n' ' ')"
+}
+
 # A stage of the pipeline runs as its own invocation of this script, so that `set -e` holds inside it (bash
 # ignores errexit in functions called from `&&`, `||` or `if`), and its status is what the pipeline sees.
 step() { # a stage already done on this machine ($D/done/STAGE) is skipped: `start` again resumes the pipeline
@@ -185,14 +317,15 @@ stage_pipeline() {
   return $status
 }
 
-[ $# -gt 0 ] || { echo "usage: $0 STAGE... | start | wait SECONDS" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE... | start | wait SECONDS | bring [CALL] | restore" >&2; exit 2; }
 mkdir -p "$D/logs" "$D/keep"
 case $1 in
   start)  # from a copy of the tree: each device call replaces the working tree the pipeline would read
     rm -f "$D/pipeline.done"
     export PROOF_DEADLINE=$(( $(date +%s) + BUDGET_S ))
-    rm -rf /root/proof-src && mkdir -p /root/proof-src && cp -r src scripts configs bench /root/proof-src/
-    setsid bash -c "cd /root/proof-src && bash scripts/gpu/proof.sh pipeline > '$D/pipeline.log' 2>&1; echo \$? > '$D/pipeline.done'" < /dev/null &
+    SRC=${PROOF_SRC:-/root/proof-src}
+    rm -rf "$SRC" && mkdir -p "$SRC" && cp -r src scripts configs bench "$SRC/"
+    setsid bash -c "cd '$SRC' && bash scripts/gpu/proof.sh pipeline > '$D/pipeline.log' 2>&1; echo \$? > '$D/pipeline.done'" < /dev/null &
     log "pipeline started (pid $!), deadline $(date -d "@$PROOF_DEADLINE" +%H:%M:%S)"
     exit 0 ;;
   wait)
@@ -206,6 +339,9 @@ case $1 in
       echo "pipeline ended, status $(cat "$D/pipeline.done")"; tail -n 20 "$D/pipeline.log"
       [ -n "${OUT:-}" ] && cp "$D/proof.tgz" "$OUT/"
     fi
+    exit 0 ;;
+  bring)  # bring: pack, and the first call's pieces; bring N: the N-th call's
+    if [ $# -eq 1 ]; then bring_pack; bring_call 1; else bring_call "$2"; fi
     exit 0 ;;
 esac
 for stage in "$@"; do "stage_$stage"; done

@@ -1,0 +1,246 @@
+"""Carrying a GPU proof run across sessions: scripts/gpu/carry_pieces.sh, `proof.sh bring` / `restore` and
+scripts/gpu/prepare_carry_back.sh on a run directory laid out as the pipeline leaves it.
+
+Pieces and manifests round trip byte for byte; a missing or damaged piece, another pack's manifest and a
+restore with other settings are refused before anything is unpacked. Not covered here: training and the data
+rebuild that `restore` runs once all pieces are in (the CPU rehearsal in bench/RESULTS.md runs those).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PIECES = ROOT / "scripts/gpu/carry_pieces.sh"
+
+
+def run(
+    *args: object, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+
+
+def blob(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def flip(path: Path, at: int = 5) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def split(tmp_path: Path, size: int = 100_001, piece: int = 30_000) -> tuple[bytes, Path]:
+    data = blob(size)
+    (tmp_path / "f.bin").write_bytes(data)
+    done = run(PIECES, "split", tmp_path / "f.bin", piece, tmp_path / "p")
+    assert done.returncode == 0, done.stderr
+    return data, tmp_path / "p"
+
+
+def test_split_writes_pieces_and_a_manifest_that_join_reverses(tmp_path):
+    data, pieces = split(tmp_path)
+    lines = (pieces / "manifest.sha256").read_text().splitlines()
+    assert lines[0] == f"{hashlib.sha256(data).hexdigest()}  f.bin"
+    names = [line.split()[1] for line in lines[1:]]
+    assert names == ["f.bin.000", "f.bin.001", "f.bin.002", "f.bin.003"]
+    assert [(pieces / n).stat().st_size for n in names] == [30_000, 30_000, 30_000, 10_001]
+    for line in lines[1:]:
+        digest, name = line.split()
+        assert hashlib.sha256((pieces / name).read_bytes()).hexdigest() == digest
+    done = run(PIECES, "join", pieces, tmp_path / "out.bin")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.bin").read_bytes() == data
+
+
+def test_join_refuses_a_damaged_piece_and_leaves_no_output(tmp_path):
+    _, pieces = split(tmp_path)
+    flip(pieces / "f.bin.001")
+    done = run(PIECES, "join", pieces, tmp_path / "out.bin")
+    assert done.returncode == 1
+    assert "damaged" in done.stderr and "f.bin.001" in done.stderr
+    assert not (tmp_path / "out.bin").exists() and not (tmp_path / "out.bin.tmp").exists()
+
+
+def test_join_names_the_missing_piece(tmp_path):
+    _, pieces = split(tmp_path)
+    (pieces / "f.bin.002").unlink()
+    assert run(PIECES, "missing", pieces).stdout.split() == ["f.bin.002"]
+    done = run(PIECES, "join", pieces, tmp_path / "out.bin")
+    assert done.returncode == 1 and "lacks 1 of 4 pieces: f.bin.002" in done.stderr
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_split_refuses_a_size_that_is_not_a_positive_number(tmp_path):
+    (tmp_path / "f.bin").write_bytes(b"abc")
+    done = run(PIECES, "split", tmp_path / "f.bin", "0", tmp_path / "p")
+    assert done.returncode == 1 and "BYTES must be a positive whole number" in done.stderr
+
+
+def proof_env(run_dir: Path, out: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROOF_")}
+    env.update(PROOF_SCALE="tiny", PROOF_MODEL="tiny-smol", PROOF_DEVICE="cpu", PROOF_DIR=str(run_dir))
+    env.update(PROOF_SFT_LORA="1", PROOF_BRING_PIECE="5000")
+    if out is not None:
+        env["OUT"] = str(out)
+    env.update(extra)
+    return env
+
+
+def fake_run(run_dir: Path, sft_lora: bool = True) -> bytes:
+    """A run as the pipeline leaves it after GRPO; returns the newest checkpoint's adapter bytes."""
+    for stage in ("data", "model", "baselines", "sft", "sft_eval", "grpo"):
+        (run_dir / "done").mkdir(parents=True, exist_ok=True)
+        (run_dir / "done" / stage).touch()
+    (run_dir / "data").mkdir()
+    for name in ("train", "eval", "heldout", "heldout_unseen"):
+        (run_dir / "data" / f"{name}.jsonl").write_text(json.dumps({"id": name}) + "\n")
+    (run_dir / "keep").mkdir()
+    (run_dir / "keep" / "sft_summary.json").write_text("{}\n")
+    (run_dir / "progress.log").write_text("[00:00:00] stage grpo done\n")
+    (run_dir / "sft").mkdir()
+    (run_dir / "sft" / "summary.json").write_text("{}\n")
+    (run_dir / "sft" / "metrics.jsonl").write_text("{}\n")
+    sft_final = run_dir / "sft" / "final" / ("adapter" if sft_lora else "model")
+    sft_final.mkdir(parents=True)
+    (sft_final / "config.json").write_text("{}\n")
+    (run_dir / "eval" / "rlm-sft").mkdir(parents=True)
+    (run_dir / "eval" / "rlm-sft" / "summary.json").write_text("{}\n")
+    adapter = b""
+    for step in (10, 20):
+        ckpt = run_dir / "grpo" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        adapter = blob(50_000, seed=step)
+        (ckpt / "adapter_model.safetensors").write_bytes(adapter)
+        (ckpt / "optimizer.pt").write_bytes(blob(90_000, seed=step + 1))
+        (ckpt / "fathom_state.json").write_text(json.dumps({"step": step}))
+    (run_dir / "grpo" / "metrics.jsonl").write_text('{"step": 1}\n')
+    return adapter
+
+
+def bring_all(run_dir: Path, tmp_path: Path) -> list[Path]:
+    """`proof.sh bring`, then `bring N` until every piece is out; the calls' output folders."""
+    outs, call = [], 1
+    while True:
+        out = tmp_path / f"out{call}"
+        out.mkdir()
+        done = run(
+            ROOT / "scripts/gpu/proof.sh", "bring", *([call] if call > 1 else []), env=proof_env(run_dir, out)
+        )
+        assert done.returncode == 0, done.stderr
+        files = sorted(p.name for p in out.iterdir())
+        assert "manifest.sha256" in files and 2 <= len(files) <= 8
+        outs.append(out)
+        if "next: " not in done.stdout:
+            return outs
+        call += 1
+
+
+def pack_members(carry_dirs: list[Path], tmp_path: Path) -> tarfile.TarFile:
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    for d in carry_dirs:
+        for f in d.iterdir():
+            shutil.copy(f, joined / f.name)
+    done = run(PIECES, "join", joined, tmp_path / "carry.tgz")
+    assert done.returncode == 0, done.stderr
+    return tarfile.open(fileobj=io.BytesIO((tmp_path / "carry.tgz").read_bytes()), mode="r:gz")
+
+
+def test_bring_packs_the_newest_checkpoint_without_the_optimizer_and_carry_back_restores_it(tmp_path):
+    run_dir = tmp_path / "run"
+    adapter = fake_run(run_dir)
+    outs = bring_all(run_dir, tmp_path)
+    assert len(outs) >= 2  # more than 7 pieces of 5,000 bytes: the second call brings the rest
+    tree = tmp_path / "tree"  # a working tree: the carry folders land at its root, where restore looks
+    shutil.copytree(ROOT / "scripts", tree / "scripts")
+    done = run(
+        ROOT / "scripts/gpu/prepare_carry_back.sh",
+        *outs,
+        env={**os.environ, "CARRY_OUT": str(tree), "CAP": "20000"},
+    )
+    assert done.returncode == 0, done.stderr
+    carry_dirs = sorted(tree.glob(".cb[0-9]*"), key=lambda p: int(p.name[3:]))
+    assert len(carry_dirs) >= 2  # parts of 20,000 bytes: restore must wait for all of them
+    plan = (tree / ".cbplan").read_text()
+    assert plan.rstrip().endswith(
+        f'carry [".cb{len(carry_dirs)}"]:  bash scripts/gpu/proof.sh restore && bash scripts/gpu/proof.sh start'
+    )
+    assert "#   sft_lora=1" in plan
+
+    pack = pack_members(carry_dirs, tmp_path)
+    names = set(pack.getnames())
+    assert "grpo/checkpoint-20/adapter_model.safetensors" in names and "grpo/metrics.jsonl" in names
+    assert not any("optimizer.pt" in n or "checkpoint-10" in n for n in names)
+    assert {"keep/progress.log", "sft/summary.json", "eval/rlm-sft/summary.json"} <= names
+    assert pack.extractfile("grpo/checkpoint-20/adapter_model.safetensors").read() == adapter
+    meta = {
+        n: pack.extractfile(f"carry-meta/{n}").read().decode() for n in ("settings", "done", "checkpoints")
+    }
+    assert "sft_lora=1" in meta["settings"] and "sft_lora_r=64" in meta["settings"]
+    assert meta["checkpoints"].split() == ["grpo/checkpoint-20"]
+    assert "sft_eval" in meta["done"].split()
+    sums = pack.extractfile("carry-meta/data.sha256").read().decode()
+    expect = hashlib.sha256((run_dir / "data" / "heldout.jsonl").read_bytes()).hexdigest()
+    assert f"{expect}  ./heldout.jsonl" in sums
+
+    # restore, one call's folder at a time: the first waits for the rest and unpacks nothing
+    fresh = tmp_path / "run2"
+    parked = tree / "parked"
+    parked.mkdir()
+    for d in carry_dirs[1:]:
+        d.rename(parked / d.name)
+    done = run(tree / "scripts/gpu/proof.sh", "restore", env=proof_env(fresh), cwd=tree)
+    assert done.returncode == 0, done.stderr
+    assert "pieces still to come" in done.stdout and not (fresh / "grpo").exists()
+    for d in carry_dirs[1:]:
+        (parked / d.name).rename(d)
+    other = run(
+        tree / "scripts/gpu/proof.sh", "restore", env=proof_env(fresh, PROOF_SFT_LORA_R="32"), cwd=tree
+    )
+    assert other.returncode == 1 and "not the carried run's" in other.stderr
+    assert "sft_lora_r=32" in other.stdout and not (fresh / "grpo").exists()
+    flip(next(tree.glob(".cb*/carry.tgz.001")))  # restore takes each call's pieces again
+    damaged = run(tree / "scripts/gpu/proof.sh", "restore", env=proof_env(fresh), cwd=tree)
+    assert damaged.returncode == 1 and "damaged" in damaged.stderr and "carry.tgz.001" in damaged.stderr
+
+
+def test_prepare_carry_back_refuses_pieces_of_two_packs(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for d, seed in ((one, 1), (two, 2)):
+        d.mkdir()
+        (d / "carry.tgz").write_bytes(blob(1000, seed))
+        assert run(PIECES, "split", d / "carry.tgz", 600, d).returncode == 0
+    done = run(
+        ROOT / "scripts/gpu/prepare_carry_back.sh",
+        one,
+        two,
+        env={**os.environ, "CARRY_OUT": str(tmp_path / "tree")},
+    )
+    assert done.returncode == 1 and "another pack" in done.stderr
+    assert not (tmp_path / "tree").exists()
+
+
+def test_bring_refuses_a_full_fine_tune(tmp_path):
+    lora, full = tmp_path / "lora", tmp_path / "full"
+    fake_run(lora)
+    fake_run(full, sft_lora=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(lora, out, PROOF_SFT_LORA="0"))
+    assert done.returncode == 1 and "bring needs PROOF_SFT_LORA=1" in done.stderr
+    done = run(
+        ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(full, out)
+    )  # settings say LoRA, SFT was not
+    assert done.returncode == 1 and "this run's SFT was a full fine-tune" in done.stderr
+    assert list(out.iterdir()) == []
