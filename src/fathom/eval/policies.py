@@ -51,6 +51,7 @@ from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
 from fathom.rollout.service import GenerationService
+from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.tasks import Task
 
@@ -182,7 +183,7 @@ def load_model_engine(
             max_model_len=context_tokens,
             dtype="bfloat16",
             gpu_memory_utilization=vllm_memory,
-            **({"kv_cache_memory_bytes": int(vllm_kv_cache_gib * 2**30)} if vllm_kv_cache_gib else {}),
+            **engine_kwargs(VLLMEngineOptions(kv_cache_gib=vllm_kv_cache_gib)),
         )
         return ModelEngine(model, tokenizer, backend, vllm_service(backend.llm))
     mode = "plain" if generation_mode in ("auto", "vllm") else generation_mode
