@@ -76,6 +76,7 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   SUBCALL_ROWS=4 SHARE=0.42
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
+SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS}
 GRPO_LR=${GRPO_LR:-$LR}
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
