@@ -63,7 +63,7 @@ case ${PROOF_SCALE:-full} in
     FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
-SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4 SUBCALL_ROWS=8 SHARE=0.36
+SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4 SUBCALL_ROWS=8 SHARE=0.36 SUBCALL_CHECKPOINTING=false
 SFT_LORA=${PROOF_SFT_LORA:-0} SFT_LORA_R=${PROOF_SFT_LORA_R:-64}
 SFT_LORA_ALPHA=${PROOF_SFT_LORA_ALPHA:-$((2 * SFT_LORA_R))}
 case $SFT_LORA in 0|1) ;; *) echo "PROOF_SFT_LORA must be 0 or 1" >&2; exit 2 ;; esac
@@ -72,8 +72,10 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
   SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
   [ "${PROOF_SCALE:-full}" = tiny ] || FINAL_RESERVE_S=${PROOF_FINAL_RESERVE_S:-330}
-  # run 4: the sub-calls run ran out of its 50.3 GiB share at 8 sub-call rows a step (151,936-way logits)
-  SUBCALL_ROWS=4 SHARE=0.42
+  # runs 4 and 5: the sub-calls run ran out of its share (50.3 GiB at 8 sub-call rows, 58.7 GiB at 4) in the
+  # forward: a sub-call row is widened to the widest prompt (a chunk) plus the widest completion (a whole
+  # episode), so activations are checkpointed there
+  SUBCALL_ROWS=4 SHARE=0.42 SUBCALL_CHECKPOINTING=true
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
 SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS}
@@ -130,7 +132,7 @@ stage_data() {
 }
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR;" \
-    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -189,7 +191,9 @@ grpo_minutes() { # what is left of the budget, less the final evaluations and th
 }
 # the sub-call rows widen the loss's micro-batches (run 3: 88.8 GiB at 16 sub-call rows a step, beside the
 # masked run): at most SUBCALL_ROWS a step
-stage_grpo() { grpo_run grpo true "$(grpo_minutes)" 29517 --rollout.max_subcall_rows="$SUBCALL_ROWS"; }
+stage_grpo() {
+  grpo_run grpo true "$(grpo_minutes)" 29517 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING"
+}
 stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)" 29527; }
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }

@@ -174,3 +174,35 @@ def test_old_logps_and_padding_rows_under_several_passes_and_accumulation(tmp_pa
     trained = (batch["completion_mask"] * batch["tool_mask"]).bool()
     assert trained[4:7].any(dim=1).all()
     torch.testing.assert_close(batch["old_per_token_logps"][trained], fresh[trained], atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow  # a build, a generation and two backward passes: ~50 s on 2 shared cores
+def test_gradient_checkpointing_gives_the_subcall_rows_the_same_gradient(tmp_path):
+    # the GPU proof's trained-sub-calls run checkpoints activations (its widened rows ran out of memory):
+    # recomputing the forward in the backward must not change what the rows train
+    from trl.models.utils import disable_gradient_checkpointing
+
+    run = build(tmp_path, "--model.gradient_checkpointing=true")
+    trainer = run.trainer
+    assert trainer.args.gradient_checkpointing  # the flag reaches TRL; HF's train() then enables it, as here:
+    trainer.model.gradient_checkpointing_enable(trainer.args.gradient_checkpointing_kwargs)
+    assert trainer.model.is_gradient_checkpointing
+    _, batch = generate(run)
+    assert batch["prompt_ids"].shape[0] == 4  # two episode rows and two sub-call rows
+    trainer.current_gradient_accumulation_steps = 1
+    batch = {**batch, "advantages": torch.tensor([0.5, -0.5, 1.0, -1.0])}
+    lora = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def grads():
+        trainer.model.zero_grad()
+        trainer.compute_loss(trainer.model, batch).backward()
+        return [p.grad.clone() for p in lora]
+
+    checkpointed = grads()
+    with disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        assert not trainer.model.is_gradient_checkpointing
+        plain = grads()
+    assert trainer.model.is_gradient_checkpointing  # restored
+    assert any(torch.count_nonzero(g) > 0 for g in plain)
+    for a, b in zip(checkpointed, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
