@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fathom.eval.policies import TeacherPolicy
-from fathom.policies.excerpts import Cut, cut_cell, defined_cells
+from fathom.policies.excerpts import Cut, cut_cell, defined_cells, read_cell
 from fathom.policies.looking import read_question
 from fathom.policies.moves import follow
 from fathom.tasks import generate_task
@@ -56,9 +56,9 @@ def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use(
     env = {"ctx": ctx}
     exec(cut, env)
     assert not any("Ravi Acosta" in env["lines"][i] for i in env["kept"])  # too common to follow
-    env["chunked"] = lambda kept: None  # the reading half of the cell is not run here
+    env["read"] = lambda kept: None  # the reading half of the cell is not run here
     (cell,) = defined_cells(random.Random(0), q, 0)
-    exec(_code(cell).partition("\nchunks = chunked")[0], env)
+    exec(_code(cell).partition("\nreplies = read(kept)")[0], env)
     kept = [env["lines"][i] for i in env["kept"]]
     assert kept == [
         "| Name | E-mail | Manager |",  # the row's paragraph: a short table comes whole, header included
@@ -72,10 +72,15 @@ def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use(
     ]
 
 
-def test_a_long_question_moves_the_reading_to_its_own_turn():
+def test_the_question_is_written_once_and_long_keys_move_the_reading_to_its_own_turn():
     q = read_question("Which " + "very " * 200 + "long question names budget_review?")
-    cells = defined_cells(random.Random(0), q, 0)
-    assert len(cells) == 2 and "llm_batch" not in cells[0] and "llm_batch" in cells[1]
+    first, later = read_cell(random.Random(0), q, set()), read_cell(random.Random(0), q, {"chunked"})
+    assert "very very" in first and "def read(kept)" in first and "replies = read(kept)" in first
+    assert "very" not in later and "def read" not in later and "replies = read(kept)" in later
+    (cell,) = defined_cells(random.Random(0), q, 0)  # reads with the helper: a long question costs nothing
+    assert "very" not in cell and "replies = read(kept)" in cell
+    cells = defined_cells(random.Random(0), q, 0, ("budget " * 150 + "review",))
+    assert len(cells) == 2 and "read(kept)" not in cells[0] and "replies = read(kept)" in cells[1]
 
 
 @pytest.fixture(scope="module")

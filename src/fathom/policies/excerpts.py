@@ -5,10 +5,12 @@ and combine the replies in code.
 their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
 names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
-on line boundaries and asks `llm_batch` the question once per chunk. When a follow cut finds nothing,
-`defined_cells` keeps the hits again with, for each name they use, only the line where it is defined (the
-one line unlike its other mentions: a sender's directory row among the headers of its messages). With
-no key terms every line is kept: a map over the whole document.
+on line boundaries and asks `llm_batch` the question once per chunk (the first one defines `read(kept)`,
+which later reads call). Each cell fits the 384 new tokens a turn the student generates under in the GPU
+proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn). When a follow cut
+finds nothing, `defined_cells` keeps the hits again with, for each name they use, only the line where it
+is defined (the one line unlike its other mentions: a sender's directory row among the headers of its
+messages). With no key terms every line is kept: a map over the whole document.
 `combine` writes the cell that reduces the printed replies as the question asks (a count adds up, a
 yes/no question is yes if any chunk says so, a list is the union, a least/greatest value is the min/max,
 anything else is the reply most chunks agree on).
@@ -32,9 +34,9 @@ CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() 
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
 OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find
-TURN_CHARS = (
-    1200  # a cell longer than this may pass the 512 new tokens a turn is cut at (about 2.8 chars a token)
-)
+# A cell longer than this may not fit the 384 new tokens a student generates a turn under in the GPU proof
+# (rollout.max_new_tokens; this code is about 3 characters a Qwen2.5 token), with room to spare
+TURN_CHARS = 1000
 ODD_MAX = 3  # more lines than this unlike a name's other mentions: it has no one defining line
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
 
@@ -58,19 +60,26 @@ def needs_neighbours(q: Question) -> bool:
     return any(re.search(rf"\b{w}", lower) for w in NEIGHBOUR_WORDS)
 
 
+def _searched(keys: tuple[str, ...]) -> list[str]:
+    """The keys to search for: a phrase is left out when a shorter key is part of it (its lines are among
+    that key's hits), so the cell lists fewer literals and keeps the same lines. A name (no space) stays:
+    `low` also says which identifiers are keys, not names to follow."""
+    low = [k.lower() for k in keys]
+    inside = [any(len(b) < len(a) and b in a for b in low) for a in low]
+    return [k for k, part in zip(keys, inside, strict=True) if " " not in k or not part]
+
+
 def _keep_code(cut: Cut, defined: set[str]) -> str:
     if not cut.keys:
         return "keep = set(range(len(lines)))"
-    code = f"""keys = {list(cut.keys)!r}
-low = [k.lower() for k in keys]
-hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]
-keep = set()"""
+    code = f"""low = [k.lower() for k in {_searched(cut.keys)!r}]
+hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]"""
     if cut.headings:
         code += f"""
-heads = [i for i, line in enumerate(lines) if line.startswith({cut.headings!r}) and len(line) < 100]
-keep.update(heads)"""
+heads = [i for i, line in enumerate(lines) if line.startswith({cut.headings!r}) and len(line) < 100]"""
     if cut.sections:
         code += """
+keep = set(heads)
 starts = [*heads, len(lines)]
 for a, b in zip(starts, starts[1:]):
     if any(a <= i < b for i in hit):
@@ -78,11 +87,10 @@ for a, b in zip(starts, starts[1:]):
         return code
     if cut.scope:
         return code + _scope_code(cut)
-    code += f"""
-for i in hit:
-    keep.update(range(max(0, i - {cut.context}), min(len(lines), i + {cut.context} + 1)))"""
     if (cut.paragraph or cut.follow) and "paragraph" not in defined:
         defined.add("paragraph")
+        # a line's paragraph; in a block longer than `cut.paragraph` lines, the block's first line (a table's
+        # header) and the line
         code += f"""
 def paragraph(i):
     a = b = i
@@ -90,29 +98,39 @@ def paragraph(i):
         a -= 1
     while b + 1 < len(lines) and lines[b + 1].strip():
         b += 1
-    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else (a, i)  # a long block: its first line"""
-    if cut.paragraph:
-        code += """
-for i in hit:
-    keep.update(paragraph(i))"""
+    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else (a, i)"""
+    c = cut.context  # each hit with its `c` neighbours and its paragraph
+    around = [f"range(max(0, i - {c}), min(len(lines), i + {c + 1}))"] if c else []
+    around += ["paragraph(i)"] if cut.paragraph else []
+    if not around:
+        spread = "set(hit)"
+    elif len(around) == 1:
+        spread = f"{{j for i in hit for j in {around[0]}}}"
+    else:
+        spread = f"{{j for i in hit for j in [*{around[0]}, *{around[1]}]}}"
+    code += f"\nkeep = {_with_heads(cut)}{spread}"
     if cut.follow:
         code += _follow_code("paragraph")
     return code
+
+
+def _with_heads(cut: Cut) -> str:
+    return "set(heads) | " if cut.headings else ""
 
 
 def _scope_code(cut: Cut) -> str:
     """The keys name headings: keep each named heading's section and, with `follow`, the sections of the
     headings the kept lines name (a parent, a part referred to). Other lines that name them are left out:
     a reader would take them for part of the section they land after."""
+    # a heading's section runs to the next heading of its kind, which is kept (it shows where it ends)
     code = f"""
-def section(i):  # a heading's section, to the next heading of its kind (kept: where it ends); else nothing
+def section(i):
     head = [p for p in {cut.scope!r} if lines[i].startswith(p) and len(lines[i]) < 100]
     b = i + 1
     while head and b < len(lines) and not lines[b].startswith(head[0]):
         b += 1
     return range(i, min(b + 1, len(lines))) if head else ()
-for i in hit:
-    keep.update(section(i))"""
+keep = {_with_heads(cut)}{{j for i in hit for j in section(i)}}"""
     if cut.follow:
         code += _follow_code("section")
     return code
@@ -122,7 +140,7 @@ for i in hit:
 # lines name, and what EXPAND(i) keeps around each line that uses one.
 FOLLOW_CODE = """
 for _ in range(2):
-    named = {t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
+    named = {t for i in keep for t in re.findall(r"\\w[\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}
     named = {t for t in named if len(t) >= 5 and ctx.count(t) <= 12 and t.lower() not in low}
     for i in [i for i, line in enumerate(lines) if i not in keep and any(t in line for t in named)]:
         keep.update(EXPAND(i))"""
@@ -161,8 +179,8 @@ for i in kept[:4]:
         )
     elif cut.keys:
         thought = (
-            "I cut the document down to the lines with the key terms (and what they point to).",
-            "Only a few lines mention what the question names; I keep those, with their context.",
+            "I keep only the lines with the key terms, and what they point to.",
+            "Few lines mention what the question names; I keep those and their context.",
         )
     else:
         thought = (
@@ -178,17 +196,16 @@ def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str
     often than another is vocabulary) and, instead of every line each name in them reaches, only
     where the name is defined: the line that mentions it unlike its other lines (an address's directory row
     among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
-    read those lines as `read_cell` does, in the same cell (one turn) unless that cell would be longer than
-    `TURN_CHARS` (a long question): then in a second one."""
+    read those lines with `read` (defined by the `read_cell` before), in the same cell (one turn) unless that
+    cell would be longer than `TURN_CHARS` (long keys): then in a second one."""
     code = ""
     if rare:
         code = f"""
-rare = [k.lower() for k in {list(rare)!r}]
-hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in rare)]"""
+hit = [i for i, line in enumerate(lines) if any(k.lower() in line.lower() for k in {_searched(rare)!r})]"""
     near = f"*range(max(0, i - {context}), min(len(lines), i + {context + 1})), " if context else ""
     code += f"""
 keep = {{j for i in hit for j in [{near}*paragraph(i)]}}
-names = {{t for i in keep for t in re.findall(r"[\\w][\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
+names = {{t for i in keep for t in re.findall(r"\\w[\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
 names = {{t for t in names if len(t) >= 5 and t.lower() not in low and ctx.count(t) <= {OFTEN_MAX}}}
 for t in sorted(names):
     at = [i for i, line in enumerate(lines) if t in line]
@@ -203,13 +220,14 @@ print(len(names), "names;", len(kept), "lines kept")
         "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
         "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
     )
-    read = _read_code(rng, q)
+    read = "\nreplies = read(kept)\n"
     if len(code + read) <= TURN_CHARS:
         return [turn(rng, thoughts, code + read)]
     return [turn(rng, thoughts, code), read_cell(rng, q, {"chunked"})]
 
 
-def _read_code(rng: random.Random, q: Question) -> str:
+def _read_def(rng: random.Random, q: Question) -> str:
+    """`read(kept)`: the kept lines in chunks, the question asked of each by `llm_batch`; prints the replies."""
     ask = rng.choice(
         (
             "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
@@ -218,15 +236,19 @@ def _read_code(rng: random.Random, q: Question) -> str:
         )
     )
     return f"""
-chunks = chunked(kept)
-replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
-print(len(chunks), "chunks read")
-print("replies:", [r.strip()[:200] for r in replies])
+def read(kept):
+    chunks = chunked(kept)
+    replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+    print(len(chunks), "chunks read")
+    print("replies:", [r.strip()[:200] for r in replies])
+    return replies
 """
 
 
 def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
-    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``.
+    The first one defines the helpers `chunked` and `read` (the question is written once, in `read`); later
+    ones, and `defined_cells`, call `read`."""
     code = ""
     if "chunked" not in defined:
         defined.add("chunked")
@@ -243,8 +265,8 @@ def chunked(kept):
         piece.append(lines[i])
         size += len(lines[i]) + 1
     return chunks + ["\\n".join(piece)] if piece else chunks
-"""
-    code += _read_code(rng, q)
+""" + _read_def(rng, q)
+    code += "\nreplies = read(kept)\n"
     return turn(
         rng,
         (

@@ -9,9 +9,13 @@
    searches for something not yet seen fail `fathom.policies.grounding` and are dropped, and counted), the
    scripted expert (``"expert"``, it knows the formats), any teacher behind an OpenAI-compatible endpoint
    (``"openai"``; it also answers the ``llm()`` calls), or a transcripts file written earlier (``"file"``).
-   All are saved to ``RUN/transcripts.jsonl``; only correct (and grounded) ones are trained on. The
-   scripted sources' reader calls go to ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per
-   trained transcript become reader-role rows (`fathom.train.reader_sft`).
+   All are saved to ``RUN/transcripts.jsonl``; only correct (and grounded) ones are trained on, and only
+   those whose every policy turn fits the student's per-turn budget, ``rollout.max_new_tokens`` (the new
+   tokens it generates a turn under in GRPO and evaluation), counted in the student's tokens as its SFT
+   row holds them: a longer turn would teach a cell the student is cut off in the middle of. Those dropped
+   are counted (``over_budget``); that none is left is an error. The scripted sources' reader calls go to
+   ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per trained transcript become reader-role rows
+   (`fathom.train.reader_sft`).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
@@ -90,6 +94,8 @@ def collect_transcripts(
             s.teacher_concurrency,
         )
         reader = OpenAISubLM(s.teacher_url, s.teacher_model, max_tokens=r.sub_max_new_tokens)
+    # Turns are collected whole (not cut at the student's budget): `trainable` then drops a transcript with a
+    # turn over rollout.max_new_tokens, and counts it
     budgets = RolloutConfig(
         max_turns=s.max_turns,
         max_total_tokens=s.max_length,
@@ -119,6 +125,49 @@ def collect_transcripts(
     if reader_calls is not None and isinstance(reader, RecordingSubLM):
         reader_calls.extend(reader.calls)
     return records
+
+
+def turn_lengths(record: dict[str, Any]) -> list[int]:
+    """The tokens of each policy turn of a transcript, in order: the runs of 1 in its ``env_mask`` (what the
+    policy sampled, its end-of-turn token included; environment replies always lie between two turns)."""
+    lengths, run = [], 0
+    for m in record["env_mask"]:
+        if m:
+            run += 1
+        elif run:
+            lengths.append(run)
+            run = 0
+    return [*lengths, run] if run else lengths
+
+
+def trainable(
+    records: list[dict[str, Any]], config: TrainConfig
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The transcripts SFT trains on, and counts of those left out: correct, grounded (teacher transcripts),
+    at most ``sft.max_length`` tokens, and no turn longer than ``rollout.max_new_tokens``.
+
+    Raises when correct transcripts exist but every one has a turn over that budget: the student could
+    generate none of them, and training on the rest (reader rows alone) is not what was asked for."""
+    s, budget = config.sft, config.rollout.max_new_tokens
+    # An ungrounded teacher transcript searched for something it had not seen: never trained on.
+    ungrounded = sum(not r.get("grounding", {"ok": True})["ok"] for r in records)
+    fitting = [
+        r
+        for r in records
+        if r["correct"]
+        and r.get("grounding", {"ok": True})["ok"]
+        and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
+    ]
+    usable = [r for r in fitting if max(turn_lengths(r), default=0) <= budget]
+    if fitting and not usable:
+        longest = sorted((max(turn_lengths(r)) for r in fitting), reverse=True)
+        raise RuntimeError(
+            f"every one of the {len(fitting)} correct transcripts has a turn over the per-turn budget of "
+            f"{budget} new tokens (rollout.max_new_tokens: what the student generates a turn in GRPO and "
+            f"evaluation); their longest turns: {longest[:5]}{' ...' if len(longest) > 5 else ''} tokens. "
+            "Nothing to train on: shorten the teacher's turns or raise rollout.max_new_tokens"
+        )
+    return usable, {"ungrounded": ungrounded, "over_budget": len(fitting) - len(usable)}
 
 
 def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
@@ -213,15 +262,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     dist.wait_for_everyone()
     records = read_jsonl(transcripts)
     collect_s = time.perf_counter() - started
-    # An ungrounded teacher transcript searched for something it had not seen: never trained on.
-    ungrounded = sum(not r.get("grounding", {"ok": True})["ok"] for r in records)
-    usable = [
-        r
-        for r in records
-        if r["correct"]
-        and r.get("grounding", {"ok": True})["ok"]
-        and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
-    ]
+    usable, dropped = trainable(records, config)
     trained, heldout = split_heldout(usable, s.holdout, s.seed)
     examples = [to_example(r) for r in trained]
     transcript_examples = len(examples)
@@ -304,7 +345,10 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "source": s.source,
         "transcripts": len(records),
         "correct": sum(r["correct"] for r in records),
-        "ungrounded": ungrounded,
+        "ungrounded": dropped["ungrounded"],
+        "turn_budget": config.rollout.max_new_tokens,
+        "over_budget": dropped["over_budget"],
+        "longest_turn": max((n for r in usable for n in turn_lengths(r)), default=0),
         "trained_on": transcript_examples,
         "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,

@@ -1,0 +1,56 @@
+"""The teacher's turns fit the new tokens a turn the student generates under in the GPU proof: a teacher
+teaches only what the student can write within its own budget (SFT drops any transcript that does not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fathom.models import ModelSpec, load_tokenizer
+from fathom.policies.excerpts import _searched
+from fathom.policies.readers import teacher_reader
+from fathom.policies.teacher import teacher_backend
+from fathom.rollout import ChatFormat, RolloutConfig
+from fathom.rollout.wiring import build_engine, hf_service
+from fathom.tasks import generate_task
+from fathom.train.configfile import load_config
+
+GPU_RECIPE = Path(__file__).parents[2] / "configs" / "smollm2-135m-gpu.toml"  # the proof's recipe
+# Tasks whose cut cells (the hits, their paragraphs and the identifiers they name; a name's defining line)
+# took 386-410 Qwen2.5 tokens a turn before the cells were shortened
+TASKS = [
+    ("bundle_locate", 1, 8192),
+    ("manual_default", 4, 8192),
+    ("chat_prev", 0, 8192),
+    ("email_manager", 2, 8192),
+    ("config_lookup", 0, 8192),
+    ("glossary_lookup", 3, 32768),
+]
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))  # the Qwen2.5 tokenizer, as the student's
+    engine = build_engine(
+        hf_service(teacher_backend(chat)),
+        chat,
+        RolloutConfig(max_turns=10, max_total_tokens=1 << 20),  # turns of up to 512 tokens: over 384 shows
+        teacher_reader(),
+    )
+    return engine.run_sync([generate_task(f, seed, n) for f, seed, n in TASKS])
+
+
+def test_the_teachers_turns_fit_the_students_budget(episodes):
+    budget = load_config(GPU_RECIPE).rollout.max_new_tokens
+    assert budget == 384
+    assert [e.correct for e in episodes] == [True] * len(TASKS)
+    longest = {f: max(len(t.ids) for t in e.turns) for (f, _, _), e in zip(TASKS, episodes, strict=True)}
+    assert all(n <= budget for n in longest.values()), longest
+
+
+def test_a_phrase_is_not_searched_when_a_shorter_key_is_in_it():
+    keys = ("I'll be RITA HAYWORTH!!", "RITA", "Big Red", "big red", "sync_pine_worker", "sync_pine")
+    # the phrase's lines are among RITA's hits; case variants of one phrase stay (neither is shorter); a
+    # name stays whole (`low` also tells a key from a name to follow)
+    assert _searched(keys) == ["RITA", "Big Red", "big red", "sync_pine_worker", "sync_pine"]
