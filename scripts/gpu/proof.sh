@@ -59,7 +59,7 @@ case ${PROOF_SCALE:-full} in
     FINAL_RESERVE_S=270 ;;
   tiny)
     HELDOUT=20 UNSEEN=7 LENGTHS=(8K) TRAIN=240 EVAL=8 SFT_TASKS=12 SFT_EPOCHS=1
-    TURNS=2 NEW=48 TOTAL=2048 SFT_BATCH=4 SFT_EVAL_EVERY=2 MICRO=4 ACCUM=2 EVAL_BATCH=27 MEM=0.1
+    TURNS=2 NEW=320 TOTAL=2048 SFT_BATCH=4 SFT_EVAL_EVERY=2 MICRO=4 ACCUM=2 EVAL_BATCH=27 MEM=0.1
     FINAL_RESERVE_S=120 ;;
   *) echo "PROOF_SCALE must be full or tiny" >&2; exit 2 ;;
 esac
@@ -139,11 +139,13 @@ stage_model() { # the student's weights, built once before stages load them side
   if [ "$MODEL" = qwen2.5-coder-0.5b ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join; fi
   "$PY" -c "from fathom.models import resolve_model_dir; print(resolve_model_dir('$MODEL'))"
 }
-stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct transcripts (and reader rows)
+stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct transcripts (and reader rows) whose
+  # every turn fits the NEW tokens a turn that GRPO and the evaluations give the student
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
     "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
+    --rollout.max_new_tokens="$NEW" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor=0.03 \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
