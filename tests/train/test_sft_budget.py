@@ -78,7 +78,7 @@ def test_a_transcript_with_a_turn_over_the_budget_is_dropped_and_counted(chat, t
     ]
     usable, dropped = trainable(records, config(tmp_path, budget))
     assert [r["task_id"] for r in usable] == ["fits"]
-    assert dropped == {"ungrounded": 1, "over_budget": 1}
+    assert dropped == {"ungrounded": 1, "over_budget": 1, "longest_turn": budget}  # the longest trained turn
     with pytest.raises(RuntimeError, match="every one of the 2 correct transcripts"):
         trainable(records, config(tmp_path, budget - 1))  # one token less: the short one no longer fits
 

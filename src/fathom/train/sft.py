@@ -143,8 +143,9 @@ def turn_lengths(record: dict[str, Any]) -> list[int]:
 def trainable(
     records: list[dict[str, Any]], config: TrainConfig
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The transcripts SFT trains on, and counts of those left out: correct, grounded (teacher transcripts),
-    at most ``sft.max_length`` tokens, and no turn longer than ``rollout.max_new_tokens``.
+    """The transcripts SFT trains on, the counts of those left out and the longest trained turn: correct,
+    grounded (teacher transcripts), at most ``sft.max_length`` tokens, no turn longer than
+    ``rollout.max_new_tokens``.
 
     Raises when correct transcripts exist but every one has a turn over that budget: the student could
     generate none of them, and training on the rest (reader rows alone) is not what was asked for."""
@@ -158,16 +159,22 @@ def trainable(
         and r.get("grounding", {"ok": True})["ok"]
         and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
     ]
-    usable = [r for r in fitting if max(turn_lengths(r), default=0) <= budget]
+    longest_turn = [max(turn_lengths(r), default=0) for r in fitting]
+    usable = [r for r, n in zip(fitting, longest_turn, strict=True) if n <= budget]
     if fitting and not usable:
-        longest = sorted((max(turn_lengths(r)) for r in fitting), reverse=True)
+        longest = sorted(longest_turn, reverse=True)
         raise RuntimeError(
             f"every one of the {len(fitting)} correct transcripts has a turn over the per-turn budget of "
             f"{budget} new tokens (rollout.max_new_tokens: what the student generates a turn in GRPO and "
             f"evaluation); their longest turns: {longest[:5]}{' ...' if len(longest) > 5 else ''} tokens. "
             "Nothing to train on: shorten the teacher's turns or raise rollout.max_new_tokens"
         )
-    return usable, {"ungrounded": ungrounded, "over_budget": len(fitting) - len(usable)}
+    counts = {
+        "ungrounded": ungrounded,
+        "over_budget": len(fitting) - len(usable),
+        "longest_turn": max((n for n in longest_turn if n <= budget), default=0),
+    }
+    return usable, counts
 
 
 def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
@@ -348,7 +355,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "ungrounded": dropped["ungrounded"],
         "turn_budget": config.rollout.max_new_tokens,
         "over_budget": dropped["over_budget"],
-        "longest_turn": max((n for r in usable for n in turn_lengths(r)), default=0),
+        "longest_turn": dropped["longest_turn"],
         "trained_on": transcript_examples,
         "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,
