@@ -18,6 +18,9 @@ from fathom.policies.looking import Question
 
 READ_MARK = "Question: "  # the reader finds the question after this, on the prompt's last line
 CLASSIFY_WORDS = "each line"  # with "categor", how the reader knows a classification prompt
+ECHO_MARK = "only repeats the question:"  # how the answer cell prints its check
+OFFER = re.compile(r"\W{0,2}(?:,|/|,? or|,? and)\W{0,2}")  # what stands between two names offered as choices
+CHOICE = r"\W{0,2}(?: / | or )\W{0,2}"  # a name among plain words offered as choices
 
 
 def escape(text: str) -> str:
@@ -169,22 +172,70 @@ print(repr(reply))
     )
 
 
+def asked_about(q: Question) -> list[str]:
+    """The names the question asks *about* (its identifiers, quoted and snake_case names, proper names):
+    a reply that is one of them repeats the question instead of answering it. A name the question offers
+    as a choice (``'a' or 'b'``, ``X / Y / Z``, ``A, B and C``) is left out: the answer may be one of those."""
+    terms = list(dict.fromkeys([*q.anchors, *q.quoted, *q.snake, *q.names]))
+    text = q.text
+
+    def offered(t: str) -> bool:
+        for u in terms:
+            for a, b in ((t, u), (u, t)):
+                at = text.find(a) if u != t else -1
+                while at >= 0:
+                    to = text.find(b, at + len(a))
+                    if to >= 0 and OFFER.fullmatch(text[at + len(a) : to]):
+                        return True
+                    at = text.find(a, at + 1)
+        # a list of plain words with one name among them: "Of the words cat / DOG / bird ..."
+        return re.search(rf"\w{CHOICE}{re.escape(t)}|{re.escape(t)}{CHOICE}\w", text) is not None
+
+    return [t for t in terms if not offered(t)]
+
+
 def answer_reply(rng: random.Random, q: Question) -> str:
-    """FINAL the reader's reply in the form the question asks for, after checking it is not empty."""
+    """FINAL the reader's reply in the form the question asks for, after checking in code that it is an
+    answer: not empty and, unless it is a count, not one of the names the question asks about (a reader
+    that finds only the named line tends to hand back the name). The cell prints that check; when the
+    reply fails it, the cell says so and does not FINAL."""
+    named = asked_about(q)
     if q.listing:
         value = "[part.strip() for part in reply.split(',') if part.strip()]"
+        echo = "[part for part in answer if part.lower() in named]"
     elif q.count:
-        value = "int(re.search(r'-?\\d+', reply).group(0))"
+        value, echo = "int(re.search(r'-?\\d+', reply).group(0))", ""
     else:
-        value = "reply.strip()"
-    code = f"""
+        value, echo = "reply.strip()", "answer.lower() in named"
+    if not named or not echo:
+        code = f"""
 import re
 answer = {value}
 print(answer)
 if answer:
     FINAL(answer)
 """
-    return turn(rng, ("The reply looks like an answer of the asked form; I submit it.",), code)
+        return turn(rng, ("The reply looks like an answer of the asked form; I submit it.",), code)
+    code = f"""
+import re
+answer = {value}
+named = [n.lower() for n in {named!r}]
+echo = {echo}
+print(answer, "| {ECHO_MARK}", echo)
+if answer and not echo:
+    FINAL(answer)
+else:
+    print("not an answer: empty, or only what the question names; read wider")
+"""
+    return turn(
+        rng,
+        (
+            "The reply has the asked form; I check it is not just a name from the question, then submit it.",
+            "Before submitting, make sure the reply is not merely what the question itself names.",
+            "A reply that repeats the question's own name answers nothing: check that, then submit.",
+        ),
+        code,
+    )
 
 
 def story_lines(rng: random.Random, stated: int | None, loose: bool) -> str:

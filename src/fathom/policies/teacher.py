@@ -113,7 +113,8 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
     if llm_ok and q.stated_total and short and not found:
-        yield from _story(q, rng)
+        if not (yield from _story(q, rng)):
+            yield from _keywords(q, rng)
     elif (
         found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
     ):  # a name found only on headings points at the section below it, which a follow would not reach
@@ -210,8 +211,9 @@ def _answer(q: Question, rng: random.Random, obs: str) -> Generator[str, str, bo
     if replies is None:
         return False
     missing = MISSING if MISSING in obs.lower() else ""
+    named = {n.lower() for n in moves.asked_about(q)}
     answers = useful(replies, missing)
-    if answers:
+    if answers and not all(a.strip().lower() in named for a in answers):  # a name it gave answers nothing
         yield combine(rng, q, answers, missing)
         return True
     return False
@@ -235,15 +237,17 @@ def _read(q: Question, rng: random.Random, source: str) -> Generator[str, str, b
     if reply in ("''", '""', "") or "not found" in reply.lower():
         return False
     yield moves.answer_reply(rng, q)
-    return True
+    # Resumed only when the cell did not FINAL: it printed that the reply is empty or repeats a name the
+    # question gave, so the reading found nothing and another way is tried.
+    return False
 
 
-def _story(q: Question, rng: random.Random) -> Play:
+def _story(q: Question, rng: random.Random) -> Generator[str, str, bool]:
     obs = yield moves.story_lines(rng, q.stated_total, loose=False)
     n = _number(r"(\d+) story lines", obs) or 0
     if q.stated_total and n < q.stated_total:
         yield moves.story_lines(rng, q.stated_total, loose=True)
-    yield from _read(q, rng, '"\\n".join(facts)')
+    return (yield from _read(q, rng, '"\\n".join(facts)'))
 
 
 def _keywords(q: Question, rng: random.Random) -> Play:
