@@ -31,5 +31,6 @@ def test_reader_rows_match_the_sub_lm_prompt_token_for_token():
 def test_reader_examples_dedupe_and_sample():
     chat = ChatFormat(load_tokenizer(ModelSpec(name="tiny-smol")))
     calls = [{"prompt": f"q{i % 3}", "chunk": "c", "reply": "r"} for i in range(9)]
-    assert len(reader_examples(chat, calls, 512, 10, seed=0)) == 3
-    assert len(reader_examples(chat, calls, 512, 2, seed=0)) == 2
+    rows, over = reader_examples(chat, calls, 512, 128, 10, seed=0)
+    assert (len(rows), over) == (3, 0)
+    assert len(reader_examples(chat, calls, 512, 128, 2, seed=0)[0]) == 2

@@ -282,8 +282,18 @@ print(recs[:2])
     )
 
 
+# Records per labelling call. The reply (one label per line) must fit the sub-LM's reply budget
+# (`rollout.sub_max_new_tokens`: 128 in GRPO and evaluation) or the labels past the cut misalign with the
+# records: a label line costs 2-5 Qwen2.5 tokens ("description and abstract concept\n" is 5), so 24 lines
+# take at most 120 with the end-of-turn token. The episode's llm() calls are capped too
+# (`SandboxConfig.max_llm_calls`, 200): the cell grows the chunks to stay within CLASSIFY_CALLS calls, which
+# leaves the chosen size alone up to 3,800 records (a 128K-token document) and only then outgrows the reply.
+CLASSIFY_CHUNKS = (20, 22, 24)
+CLASSIFY_CALLS = 190
+
+
 def classify(rng: random.Random, field_at: int, categories: list[str]) -> str:
-    per = rng.choice((60, 80, 100))
+    per = rng.choice(CLASSIFY_CHUNKS)
     cats = ", ".join(categories)
     prompt = rng.choice(
         (
@@ -295,7 +305,8 @@ def classify(rng: random.Random, field_at: int, categories: list[str]) -> str:
     )
     code = f"""
 texts = [rec[{field_at}] for rec in recs]
-chunks = [texts[i : i + {per}] for i in range(0, len(texts), {per})]
+per = max({per}, len(texts) // {CLASSIFY_CALLS} + 1)
+chunks = [texts[i : i + per] for i in range(0, len(texts), per)]
 replies = llm_batch([({prompt!r}, "\\n".join(chunk)) for chunk in chunks])
 labels = [line.strip() for reply in replies for line in reply.strip().splitlines()]
 from collections import Counter

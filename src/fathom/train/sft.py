@@ -15,7 +15,7 @@
    row holds them: a longer turn would teach a cell the student is cut off in the middle of. Those dropped
    are counted (``over_budget``); that none is left is an error. The scripted sources' reader calls go to
    ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per trained transcript become reader-role rows
-   (`fathom.train.reader_sft`).
+   (`fathom.train.reader_sft`; replies over ``rollout.sub_max_new_tokens`` are dropped: ``reader_over_budget``).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
@@ -201,8 +201,9 @@ def split_heldout(
     ]
 
 
-def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> list[dict[str, list[int]]]:
-    """``sft.reader_ratio`` reader-role rows per trained transcript, from ``RUN/reader_calls.jsonl``."""
+def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> tuple[list[Any], int]:
+    """``sft.reader_ratio`` reader-role rows per trained transcript, from ``RUN/reader_calls.jsonl``, and the
+    number of distinct calls left out for a reply over ``rollout.sub_max_new_tokens``."""
     from fathom.models import load_tokenizer
     from fathom.models.loading import ModelSpec
     from fathom.rollout import ChatFormat
@@ -211,12 +212,15 @@ def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> list[
     path = run_dir / "reader_calls.jsonl"
     want = round(config.sft.reader_ratio * n_transcripts)
     if want == 0 or not path.exists():
-        return []
+        return [], 0
     chat = ChatFormat(
         load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat)), config.model.chat
     )
-    rows = reader_examples(chat, read_jsonl(path), config.rollout.sub_max_input_tokens, want, config.sft.seed)
-    return [r for r in rows if len(r["input_ids"]) <= config.sft.max_length]
+    r = config.rollout
+    rows, over = reader_examples(
+        chat, read_jsonl(path), r.sub_max_input_tokens, r.sub_max_new_tokens, want, config.sft.seed
+    )
+    return [row for row in rows if len(row["input_ids"]) <= config.sft.max_length], over
 
 
 def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
@@ -273,7 +277,8 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     trained, heldout = split_heldout(usable, s.holdout, s.seed)
     examples = [to_example(r) for r in trained]
     transcript_examples = len(examples)
-    examples += reader_rows(config, run_dir, transcript_examples)
+    readers, reader_over_budget = reader_rows(config, run_dir, transcript_examples)
+    examples += readers
     if not examples:
         raise RuntimeError(
             f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
@@ -359,6 +364,8 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "trained_on": transcript_examples,
         "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,
+        "reader_reply_budget": config.rollout.sub_max_new_tokens,
+        "reader_over_budget": reader_over_budget,
         "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
         "collect_s": round(collect_s, 2),
         "train_loss": result.training_loss,
