@@ -24,6 +24,7 @@ from fathom.policies.expert import CLASSIFY_PROMPT, STORY_PROMPT
 from fathom.tasks import babi, records
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{2,}")
+NOT_FOUND = "not found in this text"  # the teacher reader's reply when the chunk does not hold the answer
 
 
 def _expert_read(prompt: str, chunk: str) -> str:
@@ -87,9 +88,6 @@ def teacher_reader() -> ScriptedSubLM:
     chunk with the task layer's reference solvers run on that chunk alone (``not found in this text`` when
     the chunk does not hold the answer). It reads only what it is given."""
     return ScriptedSubLM(_teacher_read)
-
-
-NOT_FOUND = "not found in this text"  # the teacher reader's reply when the chunk does not hold the answer
 
 
 def _share_draw(seed: int, prompt: str, chunk: str) -> int:
