@@ -148,7 +148,7 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
     "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
-    --rollout.max_new_tokens="$NEW" \
+    --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"

@@ -64,7 +64,9 @@ def test_the_sft_summary_counts_the_reader_replies_over_budget(tmp_path):
     run_dir = tmp_path / "sft"
     run_dir.mkdir()
     (tmp_path / "transcripts.jsonl").write_text(json.dumps(record) + "\n")
-    (run_dir / "reader_calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in (short, long)))
+    echo = {"prompt": "Answer.\nQuestion: Where is KEY-7?", "chunk": "x", "reply": "KEY-7", "echo": True}
+    assert len(reply_ids(chat, echo["reply"])) <= budget  # it would fit: only being an echo keeps it out
+    (run_dir / "reader_calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in (short, long, echo)))
     cfg = load_config(
         TINY,
         [
@@ -75,10 +77,11 @@ def test_the_sft_summary_counts_the_reader_replies_over_budget(tmp_path):
             "--sft.source=file",
             f"--sft.transcripts={tmp_path / 'transcripts.jsonl'}",
             "--sft.epochs=1",
-            "--sft.reader_ratio=2",  # two rows wanted: only the short call fits
+            "--sft.reader_ratio=2",  # two rows wanted: only the short call fits and is not an echo
         ],
     )
     summary = run_sft(cfg)
     assert (summary["trained_on"], summary["reader_examples"]) == (1, 1)
     assert (summary["reader_reply_budget"], summary["reader_over_budget"]) == (budget, 1)
+    assert (summary["reader_echoes"], summary["transcripts_with_echo"]) == (1, 0)
     assert json.loads((run_dir / "summary.json").read_text())["reader_over_budget"] == 1

@@ -116,9 +116,10 @@ def test_sft_lowers_the_assistant_loss_and_keeps_the_mask(tmp_path):
         "--sft.epochs=2",
         "--sft.learning_rate=3e-2",
         "--model.lora=false",
+        "--sft.max_length=4096",  # both transcripts fit (a longer one is counted as too_long, not trained)
     )
     summary = run_sft(cfg)
-    assert summary["trained_on"] == 2 and summary["correct"] == 2
+    assert summary["trained_on"] == 2 and summary["correct"] == 2 and summary["too_long"] == 0
     assert summary["assistant_loss_after"] < summary["assistant_loss_before"] - 2.0
     model_dir = Path(summary["exported"]["model"])
     assert (model_dir / "config.json").exists() and "adapter" not in summary["exported"]

@@ -78,7 +78,13 @@ def test_a_transcript_with_a_turn_over_the_budget_is_dropped_and_counted(chat, t
     ]
     usable, dropped = trainable(records, config(tmp_path, budget))
     assert [r["task_id"] for r in usable] == ["fits"]
-    assert dropped == {"ungrounded": 1, "over_budget": 1, "longest_turn": budget}  # the longest trained turn
+    assert dropped == {"ungrounded": 1, "too_long": 0, "over_budget": 1, "longest_turn": budget}
+    # a transcript longer than sft.max_length is counted as too long, not over the turn budget
+    fits = records[0]
+    short_len = len(fits["prompt_ids"]) + len(fits["completion_ids"])
+    usable, dropped = trainable(records, config(tmp_path, 10_000, f"--sft.max_length={short_len}"))
+    assert [r["task_id"] for r in usable] == ["fits"]
+    assert (dropped["too_long"], dropped["over_budget"]) == (1, 0)  # the long one, whatever its turns
     with pytest.raises(RuntimeError, match="every one of the 2 correct transcripts"):
         trainable(records, config(tmp_path, budget - 1))  # one token less: the short one no longer fits
 

@@ -6,6 +6,8 @@
   the demo's free-form questions, `fathom serve --sub-lm scripted`).
 - `teacher_reader()`: the reader behind the teacher (`fathom.policies.teacher`): it labels lines and answers
   a question about a chunk with the task layer's solvers run on that chunk alone.
+- `EchoingReader(inner, share, seed)`: `inner` with a share of its not-found replies turned into a name the
+  question asks about (SFT error-recovery demonstrations: `sft.reader_echo`).
 
 A reader is the task layer answering a focused question about one chunk; it is not a policy's knowledge.
 This module does not run episodes.
@@ -13,13 +15,16 @@ This module does not run episodes.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Sequence
 
-from fathom.env.sublm import ScriptedSubLM
+from fathom.env.sublm import ScriptedSubLM, SubLM, SubLMReply, SubLMRequest
 from fathom.policies.expert import CLASSIFY_PROMPT, STORY_PROMPT
 from fathom.tasks import babi, records
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{2,}")
+NOT_FOUND = "not found in this text"  # the teacher reader's reply when the chunk does not hold the answer
 
 
 def _expert_read(prompt: str, chunk: str) -> str:
@@ -68,14 +73,14 @@ def _teacher_read(prompt: str, chunk: str) -> str:
                     out.append("unknown")
         return "\n".join(out)
     if READ_MARK not in prompt:
-        return "not found in this text"
+        return NOT_FOUND
     question = prompt.rpartition(READ_MARK)[2].strip()
     for family in FAMILIES.values():
         try:
             return _format(family.solve(question, chunk))
         except (ValueError, LookupError):  # not this family's question, or the chunk does not answer it
             continue
-    return "not found in this text"
+    return NOT_FOUND
 
 
 def teacher_reader() -> ScriptedSubLM:
@@ -83,3 +88,48 @@ def teacher_reader() -> ScriptedSubLM:
     chunk with the task layer's reference solvers run on that chunk alone (``not found in this text`` when
     the chunk does not hold the answer). It reads only what it is given."""
     return ScriptedSubLM(_teacher_read)
+
+
+def _share_draw(seed: int, prompt: str, chunk: str) -> int:
+    digest = hashlib.sha256(f"{seed}\0{prompt}\0{chunk}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class EchoingReader:
+    """A reader that errs as a small model does: `share` of `inner`'s not-found replies become a name the
+    question asks about (`moves.asked_about`), drawn per (seed, prompt, chunk) so a collection replays
+    exactly. Count questions keep their reply: the teacher's answer check does not apply to a count, so an
+    echo there would teach no recovery. `echoed` holds the (prompt, chunk) of every reply it replaced, so
+    those wrong replies can be kept out of training."""
+
+    def __init__(self, inner: SubLM, share: float, seed: int) -> None:
+        if not 0 <= share <= 1:
+            raise ValueError(f"the echo share must be in [0, 1], got {share}")
+        self.inner, self.share, self.seed = inner, share, seed
+        self.echoed: set[tuple[str, str]] = set()
+
+    def echo(self, prompt: str, chunk: str) -> str | None:
+        """The name this reader hands back instead of a not-found reply to (prompt, chunk), or None."""
+        from fathom.policies.looking import read_question
+        from fathom.policies.moves import READ_MARK, asked_about
+
+        if READ_MARK not in prompt:
+            return None
+        q = read_question(prompt.rpartition(READ_MARK)[2].strip())
+        names = [] if q.count else asked_about(q)
+        draw = _share_draw(self.seed, prompt, chunk)
+        if not names or (draw >> 11) / 2**53 >= self.share:
+            return None
+        return names[draw % len(names)]
+
+    async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
+        replies = await self.inner.complete(requests)
+        out = []
+        for req, rep in zip(requests, replies, strict=True):
+            name = self.echo(req.prompt, req.chunk) if rep.text.strip() == NOT_FOUND else None
+            if name is None:
+                out.append(rep)
+            else:
+                self.echoed.add((req.prompt, req.chunk))
+                out.append(SubLMReply(name))
+        return out

@@ -382,6 +382,9 @@ class SFTConfig:
     # Reader-role rows (an llm() prompt with its chunk -> the scripted reader's answer) mixed in: this many
     # per trained transcript (0 = none). Only the scripted sources (teacher, expert) record reader calls.
     reader_ratio: float = 0.5
+    # Error-recovery demonstrations (source teacher): this share of the reader's not-found replies is an echo
+    # of a name the question asks about, which the teacher's answer check catches; echoes are never reader rows.
+    reader_echo: float = 0.0
     # When to stop (`fathom.train.sft_stopping`): this fraction of the trained transcripts (whole tasks) is held
     # out and scored every `eval_every` optimizer steps (0 = once an epoch); the weights of the best held-out
     # loss are kept, and training stops after `patience` evaluations without improvement or when the
@@ -395,6 +398,8 @@ class SFTConfig:
         _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
         if self.reader_ratio < 0:
             raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
+        if not 0 <= self.reader_echo <= 1:
+            raise ConfigError(f"sft.reader_echo must be in [0, 1], got {self.reader_echo}")
         if not 0 <= self.holdout < 1:
             raise ConfigError(f"sft.holdout must be in [0, 1), got {self.holdout}")
         if self.patience < 1:

@@ -15,7 +15,8 @@
    row holds them: a longer turn would teach a cell the student is cut off in the middle of. Those dropped
    are counted (``over_budget``); that none is left is an error. The scripted sources' reader calls go to
    ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per trained transcript become reader-role rows
-   (`fathom.train.reader_sft`; replies over ``rollout.sub_max_new_tokens`` are dropped: ``reader_over_budget``).
+   (`fathom.train.reader_sft`; replies over ``rollout.sub_max_new_tokens`` are dropped: ``reader_over_budget``;
+   echoes from ``sft.reader_echo`` (`fathom.train.sft_collect`) are never rows: ``reader_echoes``).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
@@ -39,92 +40,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from fathom.train import checkpoint
 from fathom.train.cli import add_config_arguments, config_from_args
 from fathom.train.config import TrainConfig
 from fathom.train.configfile import dump_toml
 from fathom.train.runlog import JsonlWriter, read_jsonl, report_to
+from fathom.train.sft_collect import collect_transcripts, sft_tasks
 from fathom.train.sft_stopping import HeldoutStopping
 
-BATCH = 64  # episodes in flight at once while collecting (scripted teachers: the sandboxes are the cost)
 LOSS_PROBE = 64  # transcripts the before/after assistant loss is measured on
-
-
-def sft_tasks(config: TrainConfig) -> list[Any]:
-    from fathom.train.tasksource import TaskSource
-
-    source = TaskSource(config.curriculum.tiers, config.sft.seed, config.data.train_tasks or None)
-    tier = config.sft.tier % len(config.curriculum.tiers)
-    return [source.generate(tier, i, "sft") for i in range(config.sft.num_tasks)]
-
-
-def collect_transcripts(
-    config: TrainConfig, tokenizer: Any, tasks: list[Any], reader_calls: list[dict[str, str]] | None = None
-) -> list[dict[str, Any]]:
-    """Play `tasks` with the teacher, the expert or an endpoint; one record per episode, correct or not.
-    Teacher records carry their grounding check; `reader_calls` (if given) receives every scripted
-    reader call (prompt, chunk, reply)."""
-    from fathom.env import OpenAISubLM
-    from fathom.policies.endpoint import TeacherBackend
-    from fathom.policies.grounding import check_trace
-    from fathom.policies.readers import expert_reader, teacher_reader
-    from fathom.policies.scripted import expert_backend
-    from fathom.policies.teacher import teacher_backend
-    from fathom.rollout import ChatFormat, RolloutConfig, Sampling
-    from fathom.rollout.wiring import build_engine, hf_service
-    from fathom.train.reader_sft import RecordingSubLM
-
-    s, r = config.sft, config.rollout
-    chat = ChatFormat(tokenizer, chat=config.model.chat)
-    if s.source in ("expert", "teacher"):
-        if s.source == "expert":
-            backend: Any = expert_backend(chat, tasks)
-        else:
-            backend = teacher_backend(chat, s.seed)
-        reader: Any = RecordingSubLM(expert_reader() if s.source == "expert" else teacher_reader())
-    else:
-        backend = TeacherBackend(
-            chat,
-            s.teacher_url,
-            s.teacher_model,
-            s.teacher_api_key_env,
-            s.teacher_temperature,
-            s.teacher_concurrency,
-        )
-        reader = OpenAISubLM(s.teacher_url, s.teacher_model, max_tokens=r.sub_max_new_tokens)
-    # Turns are collected whole (not cut at the student's budget): `trainable` then drops a transcript with a
-    # turn over rollout.max_new_tokens, and counts it
-    budgets = RolloutConfig(
-        max_turns=s.max_turns,
-        max_total_tokens=s.max_length,
-        sampling=Sampling(max_new_tokens=min(s.max_length, 4096), temperature=s.teacher_temperature),
-    )
-    engine = build_engine(hf_service(backend), chat, budgets, reader, reward=config.reward)
-    records = []
-    for start in tqdm(range(0, len(tasks), BATCH), desc=f"{s.source} transcripts", unit="batch"):
-        batch = tasks[start : start + BATCH]
-        for task, episode in zip(batch, engine.run_sync(batch), strict=True):
-            records.append(
-                {
-                    "task_id": task.id,
-                    "family": task.family,
-                    "length_tokens": task.length_tokens,
-                    "correct": episode.correct,
-                    "reward": episode.total_reward,
-                    "end_reason": episode.end_reason,
-                    "turns": len(episode.turns),
-                    "prompt_ids": episode.prompt_ids,
-                    "completion_ids": episode.completion_ids,
-                    "env_mask": episode.env_mask,
-                }
-            )
-            if s.source == "teacher":
-                records[-1]["grounding"] = check_trace(episode.to_json()).to_dict()
-    if reader_calls is not None and isinstance(reader, RecordingSubLM):
-        reader_calls.extend(reader.calls)
-    return records
 
 
 def turn_lengths(record: dict[str, Any]) -> list[int]:
@@ -152,13 +76,8 @@ def trainable(
     s, budget = config.sft, config.rollout.max_new_tokens
     # An ungrounded teacher transcript searched for something it had not seen: never trained on.
     ungrounded = sum(not r.get("grounding", {"ok": True})["ok"] for r in records)
-    fitting = [
-        r
-        for r in records
-        if r["correct"]
-        and r.get("grounding", {"ok": True})["ok"]
-        and len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length
-    ]
+    good = [r for r in records if r["correct"] and r.get("grounding", {"ok": True})["ok"]]
+    fitting = [r for r in good if len(r["prompt_ids"]) + len(r["completion_ids"]) <= s.max_length]
     longest_turn = [max(turn_lengths(r), default=0) for r in fitting]
     usable = [r for r, n in zip(fitting, longest_turn, strict=True) if n <= budget]
     if fitting and not usable:
@@ -171,6 +90,7 @@ def trainable(
         )
     counts = {
         "ungrounded": ungrounded,
+        "too_long": len(good) - len(fitting),
         "over_budget": len(fitting) - len(usable),
         "longest_turn": max((n for n in longest_turn if n <= budget), default=0),
     }
@@ -213,14 +133,22 @@ def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> tuple
     want = round(config.sft.reader_ratio * n_transcripts)
     if want == 0 or not path.exists():
         return [], 0
+    calls = [c for c in read_jsonl(path) if not c.get("echo")]  # an echo is wrong by construction
     chat = ChatFormat(
         load_tokenizer(ModelSpec(name=config.model.name, chat=config.model.chat)), config.model.chat
     )
     r = config.rollout
     rows, over = reader_examples(
-        chat, read_jsonl(path), r.sub_max_input_tokens, r.sub_max_new_tokens, want, config.sft.seed
+        chat, calls, r.sub_max_input_tokens, r.sub_max_new_tokens, want, config.sft.seed
     )
     return [row for row in rows if len(row["input_ids"]) <= config.sft.max_length], over
+
+
+def reader_echoes(run_dir: Path) -> int:
+    """The distinct reader calls answered with an echo (``sft.reader_echo``): never trained on."""
+    path = run_dir / "reader_calls.jsonl"
+    calls = read_jsonl(path) if path.exists() else []
+    return len({(c["prompt"], c["chunk"]) for c in calls if c.get("echo")})
 
 
 def assistant_loss(model: Any, examples: list[dict[str, list[int]]]) -> float:
@@ -358,6 +286,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "transcripts": len(records),
         "correct": sum(r["correct"] for r in records),
         "ungrounded": dropped["ungrounded"],
+        "too_long": dropped["too_long"],
         "turn_budget": config.rollout.max_new_tokens,
         "over_budget": dropped["over_budget"],
         "longest_turn": dropped["longest_turn"],
@@ -366,6 +295,9 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "reader_examples": len(examples) - transcript_examples,
         "reader_reply_budget": config.rollout.sub_max_new_tokens,
         "reader_over_budget": reader_over_budget,
+        "reader_echo": s.reader_echo,
+        "reader_echoes": reader_echoes(run_dir),
+        "transcripts_with_echo": sum(r.get("echo_checks", 0) > 0 for r in trained),
         "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
         "collect_s": round(collect_s, 2),
         "train_loss": result.training_loss,
