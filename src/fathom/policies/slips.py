@@ -121,9 +121,13 @@ def recovery(turn: str, observation: str, right: str, rng: random.Random) -> str
     error = f"{m.group(1)}: {m.group(2)}"
     # Short: the repaired cell is as long as the one the game meant, and its turn must fit the same budget.
     if m.group(1) == "NameError":
-        why = rng.choice((f"the earlier cell named it `{right}`.", f"I meant `{right}`, the earlier cell's name."))
+        why = rng.choice(
+            (f"the earlier cell named it `{right}`.", f"I meant `{right}`, the earlier cell's name.")
+        )
     else:
-        why = rng.choice(("it was cut off, so I write it again whole.", "it stopped mid-line; I write it whole."))
+        why = rng.choice(
+            ("it was cut off, so I write it again whole.", "it stopped mid-line; I write it whole.")
+        )
     code = CELL.match(turn).group(2)  # type: ignore[union-attr]  # faulty() has matched this turn
     return f"The cell failed with {error}; {why}\n```repl\n{code}\n```"
 
