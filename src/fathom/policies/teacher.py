@@ -38,6 +38,7 @@ from fathom.policies.excerpts import (
 )
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
+from fathom.policies.slips import with_slips
 from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.rollout.chat import ChatFormat
 
@@ -350,20 +351,34 @@ FINAL({more!r} if nx > ny else {less!r} if nx < ny else {same!r})
     )
 
 
-def teacher_turn(conversation: str, seed: int = 0) -> str:
-    """The teacher's next turn for a decoded conversation (see the module docstring)."""
+def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tuple[str, int]:
+    """(the next turn, the observations replayed) of the teacher over a decoded conversation."""
     question, observations, llm_ok = split_conversation(conversation)
     rng = random.Random(f"teacher/{seed}/{question}")
-    game = play(read_question(question), rng, llm_ok)
+    game = with_slips(play(read_question(question), rng, llm_ok), f"{seed}/{question}", slips, log)
     try:
         text = next(game)
         for obs in observations:
             text = game.send(obs)
     except StopIteration:
-        return _give_up(rng)
-    return text
+        return _give_up(rng), len(observations)
+    return text, len(observations)
 
 
-def teacher_backend(chat: ChatFormat, seed: int = 0) -> ScriptedBackend:
+def teacher_turn(conversation: str, seed: int = 0, slips: float = 0.0) -> str:
+    """The teacher's next turn for a decoded conversation (see the module docstring); with `slips` > 0 that
+    share of its cells is first written faulty and repaired after the traceback (`fathom.policies.slips`)."""
+    return _replay(conversation, seed, slips, [])[0]
+
+
+def slip_turns(conversation: str, seed: int, slips: float) -> list[int]:
+    """The 0-based turns of a finished conversation (every turn followed by its observation) that the
+    teacher wrote as slips, recomputed by replaying it: the turns SFT does not train on."""
+    log: list[bool] = []
+    _, played = _replay(conversation, seed, slips, log)
+    return [i for i, slip in enumerate(log[:played]) if slip]
+
+
+def teacher_backend(chat: ChatFormat, seed: int = 0, slips: float = 0.0) -> ScriptedBackend:
     """The teacher as a policy backend: any task, no task list (it reads only the conversation)."""
-    return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed))
+    return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed, slips))

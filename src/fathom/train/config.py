@@ -385,6 +385,9 @@ class SFTConfig:
     # Error-recovery demonstrations (source teacher): this share of the reader's not-found replies is an echo
     # of a name the question asks about, which the teacher's answer check catches; echoes are never reader rows.
     reader_echo: float = 0.0
+    # Error-recovery demonstrations (source teacher): this share of the teacher's cells is first written faulty
+    # (a misnamed variable, a cell cut short), then repaired after the traceback; the faulty turns get loss 0.
+    teacher_slips: float = 0.0
     # When to stop (`fathom.train.sft_stopping`): this fraction of the trained transcripts (whole tasks) is held
     # out and scored every `eval_every` optimizer steps (0 = once an epoch); the weights of the best held-out
     # loss are kept, and training stops after `patience` evaluations without improvement or when the
@@ -400,6 +403,8 @@ class SFTConfig:
             raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
         if not 0 <= self.reader_echo <= 1:
             raise ConfigError(f"sft.reader_echo must be in [0, 1], got {self.reader_echo}")
+        if not 0 <= self.teacher_slips <= 1:
+            raise ConfigError(f"sft.teacher_slips must be in [0, 1], got {self.teacher_slips}")
         if not 0 <= self.holdout < 1:
             raise ConfigError(f"sft.holdout must be in [0, 1), got {self.holdout}")
         if self.patience < 1:

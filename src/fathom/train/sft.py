@@ -16,7 +16,9 @@
    are counted (``over_budget``); that none is left is an error. The scripted sources' reader calls go to
    ``RUN/reader_calls.jsonl``; ``sft.reader_ratio`` of them per trained transcript become reader-role rows
    (`fathom.train.reader_sft`; replies over ``rollout.sub_max_new_tokens`` are dropped: ``reader_over_budget``;
-   echoes from ``sft.reader_echo`` (`fathom.train.sft_collect`) are never rows: ``reader_echoes``).
+   echoes from ``sft.reader_echo`` (`fathom.train.sft_collect`) are never rows: ``reader_echoes``). With
+   ``sft.teacher_slips`` the teacher's faulty turns (repaired on the next turn) are in the transcript but get
+   loss mask 0 (``slip_turns``, counted in the summary).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
@@ -98,11 +100,19 @@ def trainable(
 
 
 def to_example(record: dict[str, Any]) -> dict[str, list[int]]:
-    """A pre-tokenized SFT row: loss only where the policy sampled (``assistant_masks`` = 1)."""
-    prompt, completion, mask = record["prompt_ids"], record["completion_ids"], record["env_mask"]
+    """A pre-tokenized SFT row: loss only where the policy sampled (``assistant_masks`` = 1), except on the
+    turns the teacher wrote as slips (``slip_turns``: a faulty cell shown only to be repaired)."""
+    prompt, completion, mask = record["prompt_ids"], record["completion_ids"], list(record["env_mask"])
     if len(completion) != len(mask):
         raise ValueError(f"transcript {record['task_id']}: completion and env_mask lengths differ")
-    return {"input_ids": prompt + completion, "assistant_masks": [0] * len(prompt) + list(mask)}
+    slips, turn = set(record.get("slip_turns", ())), -1
+    if slips and max(slips) >= len(turn_lengths(record)):
+        raise ValueError(f"transcript {record['task_id']}: a slip turn past its last turn")
+    for i, m in enumerate(record["env_mask"]):
+        turn += bool(m) and (i == 0 or not record["env_mask"][i - 1])  # a run of 1 starts a turn
+        if m and turn in slips:
+            mask[i] = 0
+    return {"input_ids": prompt + completion, "assistant_masks": [0] * len(prompt) + mask}
 
 
 def split_heldout(
@@ -298,6 +308,8 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "reader_echo": s.reader_echo,
         "reader_echoes": reader_echoes(run_dir),
         "transcripts_with_echo": sum(r.get("echo_checks", 0) > 0 for r in trained),
+        "teacher_slips": s.teacher_slips,
+        "slip_turns": sum(len(r.get("slip_turns", ())) for r in trained),
         "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
         "collect_s": round(collect_s, 2),
         "train_loss": result.training_loss,

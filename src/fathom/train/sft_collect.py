@@ -4,7 +4,9 @@ expert or an endpoint on them (`collect_transcripts`), one record per episode, c
 With ``sft.reader_echo`` > 0 (source teacher) the teacher's reader is an `EchoingReader`: that share of its
 not-found replies is a name the question asks about, so transcripts show the teacher's answer check catching
 an echo and reading wider. Those replies are marked ``echo`` in the recorded calls (never reader rows) and
-each record counts the checks that caught one (``echo_checks``).
+each record counts the checks that caught one (``echo_checks``). With ``sft.teacher_slips`` > 0 the teacher
+slips (`fathom.policies.slips`); each teacher record lists the turns it wrote as slips (``slip_turns``,
+recomputed by replaying the teacher over the decoded conversation), which SFT does not train on.
 
 This module does not filter or train; `fathom.train.sft` does.
 """
@@ -40,7 +42,7 @@ def collect_transcripts(
     from fathom.policies.moves import ECHO_MARK
     from fathom.policies.readers import EchoingReader, expert_reader, teacher_reader
     from fathom.policies.scripted import expert_backend
-    from fathom.policies.teacher import teacher_backend
+    from fathom.policies.teacher import slip_turns, teacher_backend
     from fathom.rollout import ChatFormat, RolloutConfig, Sampling
     from fathom.rollout.wiring import build_engine, hf_service
     from fathom.train.reader_sft import RecordingSubLM
@@ -51,7 +53,7 @@ def collect_transcripts(
         if s.source == "expert":
             backend: Any = expert_backend(chat, tasks)
         else:
-            backend = teacher_backend(chat, s.seed)
+            backend = teacher_backend(chat, s.seed, s.teacher_slips)
         inner: Any = expert_reader() if s.source == "expert" else teacher_reader()
         if s.source == "teacher" and s.reader_echo > 0:
             inner = EchoingReader(inner, s.reader_echo, s.seed)
@@ -94,6 +96,10 @@ def collect_transcripts(
             )
             if s.source == "teacher":
                 records[-1]["grounding"] = check_trace(episode.to_json()).to_dict()
+                conversation = tokenizer.decode(episode.prompt_ids + episode.completion_ids)
+                records[-1]["slip_turns"] = (
+                    slip_turns(conversation, s.seed, s.teacher_slips) if s.teacher_slips > 0 else []
+                )
                 # the answer cell's check printing a caught echo (True, or the echoed names of a list)
                 caught = [t.observation for t in episode.turns if ECHO_MARK in t.observation]
                 records[-1]["echo_checks"] = sum(
