@@ -7,13 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from teacher_play import play_teacher
 
 from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies import moves
 from fathom.policies.readers import teacher_reader
-from fathom.policies.teacher import teacher_backend
-from fathom.rollout import ChatFormat, RolloutConfig
-from fathom.rollout.wiring import build_engine, hf_service
+from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 from fathom.tasks.records import LABELS
 from fathom.train.config import TrainConfig
@@ -29,10 +28,7 @@ def chat():
 
 def play(chat, tasks):
     reader = RecordingSubLM(teacher_reader())
-    engine = build_engine(
-        hf_service(teacher_backend(chat)), chat, RolloutConfig(max_turns=10, max_total_tokens=1 << 20), reader
-    )
-    return engine.run_sync(tasks), reader.calls
+    return play_teacher(chat, tasks, max_turns=10, reader=reader), reader.calls
 
 
 def labelling(calls):

@@ -6,13 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from teacher_play import play_teacher, qwen_chat
 
-from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies.excerpts import _searched
-from fathom.policies.readers import teacher_reader
-from fathom.policies.teacher import teacher_backend
-from fathom.rollout import ChatFormat, RolloutConfig
-from fathom.rollout.wiring import build_engine, hf_service
 from fathom.tasks import generate_task
 from fathom.train.configfile import load_config
 
@@ -31,14 +27,8 @@ TASKS = [
 
 @pytest.fixture(scope="module")
 def episodes():
-    chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))  # the Qwen2.5 tokenizer, as the student's
-    engine = build_engine(
-        hf_service(teacher_backend(chat)),
-        chat,
-        RolloutConfig(max_turns=10, max_total_tokens=1 << 20),  # turns of up to 512 tokens: over 384 shows
-        teacher_reader(),
-    )
-    return engine.run_sync([generate_task(f, seed, n) for f, seed, n in TASKS])
+    # turns of up to 512 tokens (the engine's default): a turn over 384 shows
+    return play_teacher(qwen_chat(), [generate_task(f, seed, n) for f, seed, n in TASKS], max_turns=10)
 
 
 def test_the_teachers_turns_fit_the_students_budget(episodes):

@@ -7,16 +7,13 @@ import random
 import re
 
 import pytest
+from teacher_play import play_teacher, qwen_chat
 
 from fathom.env.sublm import ScriptedSubLM
-from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies.grounding import check_trace
 from fathom.policies.looking import read_question
 from fathom.policies.moves import READ_MARK, answer_reply, asked_about
 from fathom.policies.readers import teacher_reader
-from fathom.policies.teacher import teacher_backend
-from fathom.rollout import ChatFormat, RolloutConfig
-from fathom.rollout.wiring import build_engine, hf_service
 from fathom.tasks import FAMILIES, generate_task
 
 RID = re.compile(r"\b[0-9a-f]{8}\b")
@@ -35,15 +32,9 @@ def _echoing_read(prompt: str, chunk: str) -> str:
 
 @pytest.fixture(scope="module")
 def echo_episodes():
-    chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))  # the Qwen2.5 tokenizer, as the student's
-    engine = build_engine(
-        hf_service(teacher_backend(chat)),
-        chat,
-        RolloutConfig(max_turns=12, max_total_tokens=1 << 20),
-        ScriptedSubLM(_echoing_read),
-    )
     tasks = [generate_task("logs_next", seed, 8192) for seed in ECHO_SEEDS]
-    return list(zip(tasks, engine.run_sync(tasks), strict=True))
+    episodes = play_teacher(qwen_chat(), tasks, max_turns=12, reader=ScriptedSubLM(_echoing_read))
+    return list(zip(tasks, episodes, strict=True))
 
 
 def test_a_reply_echoing_the_questions_id_is_not_submitted_and_a_wider_read_answers(echo_episodes):

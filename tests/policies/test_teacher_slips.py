@@ -7,16 +7,15 @@ from __future__ import annotations
 import random
 
 import pytest
+from teacher_play import play_teacher
 
 from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies.grounding import check_trace
 from fathom.policies.looking import read_question
-from fathom.policies.readers import teacher_reader
 from fathom.policies.scripted import ScriptedBackend
 from fathom.policies.slips import ERROR_LINE, slipped
 from fathom.policies.teacher import _give_up, play, slip_turns, split_conversation, teacher_backend
-from fathom.rollout import ChatFormat, RolloutConfig
-from fathom.rollout.wiring import build_engine, hf_service
+from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 
 TASKS = [("babi", 0, 8192), ("bundle_locate", 0, 8192), ("chat_count", 0, 8192)]
@@ -24,10 +23,9 @@ TURN_BUDGET = 384  # the student's new tokens a turn in the GPU proof (test_teac
 
 
 def _run(backend, chat):
-    engine = build_engine(
-        hf_service(backend), chat, RolloutConfig(max_turns=24, max_total_tokens=1 << 20), teacher_reader()
+    return play_teacher(
+        chat, [generate_task(f, seed, n) for f, seed, n in TASKS], max_turns=24, backend=backend
     )
-    return engine.run_sync([generate_task(f, seed, n) for f, seed, n in TASKS])
 
 
 @pytest.fixture(scope="module")
