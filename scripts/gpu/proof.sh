@@ -82,6 +82,13 @@ SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS}
 # SFT stops once held-out policy entropy (nats a token, sampled at temperature 1) falls below this, keeping
 # the last checkpoint above it: GRPO needs a policy that still samples different episodes
 SFT_ENTROPY_FLOOR=${PROOF_SFT_ENTROPY_FLOOR:-0.03}
+# the share of the teacher's cells first written with a slip and repaired on the next turn (fathom.policies.slips):
+# transcripts that show an error and its recovery
+SFT_TEACHER_SLIPS=${PROOF_SFT_TEACHER_SLIPS:-0}
+# both: GRPO with the sub-calls trained and, beside it, masked; trained: that run alone (run 6 compared the two),
+# with 1.5x the memory share and the GPU's compute to itself
+GRPO_RUNS=${PROOF_GRPO_RUNS:-both}
+case $GRPO_RUNS in both) ;; trained) SHARE=$(awk "BEGIN { print 1.5 * $SHARE }") ;; *) echo "PROOF_GRPO_RUNS must be both or trained" >&2; exit 2 ;; esac
 GRPO_LR=${GRPO_LR:-$LR}
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
@@ -134,8 +141,8 @@ stage_data() {
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
 stage_settings() { # what this run resolved, into the progress log
-  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR;" \
-    "grpo: micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
+    "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -149,6 +156,7 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
+    --sft.teacher_slips="$SFT_TEACHER_SLIPS" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
@@ -218,7 +226,7 @@ stage_pack() { # one archive of everything kept (the device returns at most 8 fi
 }
 settings_record() { # what a carried run must match when it continues (not the budget or the GPU's shares)
   printf '%s\n' "model=$MODEL" "scale=${PROOF_SCALE:-full}" "device=$DEVICE" "sft_lora=$SFT_LORA" \
-    "sft_lora_r=$SFT_LORA_R" "sft_lora_alpha=$SFT_LORA_ALPHA" "sft=$SFT_TASKS x$SFT_EPOCHS batch $SFT_BATCH x$SFT_ACCUM lr $SFT_LR" \
+    "sft_lora_r=$SFT_LORA_R" "sft_lora_alpha=$SFT_LORA_ALPHA" "sft=$SFT_TASKS x$SFT_EPOCHS batch $SFT_BATCH x$SFT_ACCUM lr $SFT_LR slips $SFT_TEACHER_SLIPS" \
     "grpo=micro $MICRO accum $ACCUM lr $GRPO_LR seed $GRPO_SEED subcall_rows $SUBCALL_ROWS" \
     "rollout=turns $TURNS new $NEW total $TOTAL mode $GEN_MODE" "grpo_args=${GRPO_ARGS:-}"
 }
@@ -319,7 +327,8 @@ stage_pipeline() {
   step sft || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!
   { step grpo && step final; } & local trained=$!
-  { step grpo_masked && step final_masked; } & local masked=$!
+  local masked=
+  if [ "$GRPO_RUNS" = both ]; then { step grpo_masked && step final_masked; } & masked=$!; fi
   local status=0
   for pid in $baselines $sft_eval $trained $masked; do wait "$pid" || status=1; done
   step report || status=1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fathom.models import ModelSpec, load_tokenizer
@@ -11,7 +14,8 @@ from fathom.rollout import ChatFormat, RolloutConfig
 from fathom.rollout.wiring import build_engine, hf_service
 from fathom.tasks import generate_task
 from fathom.train.config import ConfigError, SFTConfig
-from fathom.train.sft import to_example, turn_lengths
+from fathom.train.configfile import load_config
+from fathom.train.sft import run_sft, to_example, turn_lengths
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +70,28 @@ def test_teacher_slips_outside_0_1_is_refused(share):
     with pytest.raises(ConfigError, match="teacher_slips"):
         SFTConfig(teacher_slips=share)
     assert SFTConfig().teacher_slips == 0.0
+
+
+def test_the_sft_summary_counts_the_slip_turns_it_trained_around(record, tmp_path):
+    path = tmp_path / "transcripts.jsonl"
+    rows = [{**record, "family": "bundle_locate", "length_tokens": 8192, "grounding": {"ok": True}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(
+        Path(__file__).parents[2] / "configs" / "tiny-cpu.toml",
+        [
+            f"--run.run_dir={tmp_path / 'sft'}",
+            "--model.name=tiny-qwen",  # the tokenizer the record was written with
+            "--model.lora=false",
+            "--logging.progress=false",
+            "--rollout.max_new_tokens=4096",
+            f"--sft.max_length={len(record['prompt_ids']) + len(record['completion_ids']) + 8}",
+            "--sft.source=file",
+            f"--sft.transcripts={path}",
+            "--sft.epochs=1",
+            "--sft.reader_ratio=0",
+            "--sft.teacher_slips=0.5",
+        ],
+    )
+    summary = run_sft(cfg)
+    assert summary["trained_on"] == 1 and summary["teacher_slips"] == 0.5
+    assert summary["slip_turns"] == len(record["slip_turns"]) > 0
