@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU proof (issue #16; runs 3 and 4): teacher SFT (stopped by held-out loss and an entropy floor) -> GRPO with
-# the environment in the loop, through TRL's colocated vLLM, twice side by side (the policy's llm() answers
-# trained as rows of their own, and masked) -> evaluation of direct, untrained, SFT and both SFT+GRPO runs on
+# the environment in the loop, through TRL's colocated vLLM, twice side by side (PROOF_GRPO_RUNS: the policy's
+# llm() answers trained as rows of their own, and masked; or trained at two learning rates) -> evaluation of
+# direct, untrained, SFT and both SFT+GRPO runs on
 # the training families' held-out split and the unseen families' split, 8K to 400K tokens.
 #
 #   scripts/gpu/proof.sh STAGE [STAGE...]   data model sft baselines sft_eval grpo final report pack, or pipeline
+#                                           (settings: what the environment resolves to, into the progress log)
 #   scripts/gpu/proof.sh start              the pipeline in its own process session (it outlives the device
 #                                           call; the machine keeps it while calls follow within 30 s)
 #   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
@@ -85,11 +87,17 @@ SFT_ENTROPY_FLOOR=${PROOF_SFT_ENTROPY_FLOOR:-0.03}
 # the share of the teacher's cells first written with a slip and repaired on the next turn (fathom.policies.slips):
 # transcripts that show an error and its recovery
 SFT_TEACHER_SLIPS=${PROOF_SFT_TEACHER_SLIPS:-0}
-# both: GRPO with the sub-calls trained and, beside it, masked; trained: that run alone (run 6 compared the two),
-# with 1.5x the memory share and the GPU's compute to itself
-GRPO_RUNS=${PROOF_GRPO_RUNS:-both}
-case $GRPO_RUNS in both) ;; trained) SHARE=$(awk "BEGIN { print 1.5 * $SHARE }") ;; *) echo "PROOF_GRPO_RUNS must be both or trained" >&2; exit 2 ;; esac
 GRPO_LR=${GRPO_LR:-$LR}
+# which GRPO runs train side by side after SFT. both: sub-calls trained (grpo/) and masked (grpo-masked/);
+# lr-pair: sub-calls trained at GRPO_LR (grpo/) and at GRPO_LR_B (grpo-b/), a learning rate chosen by
+# measurement; trained: grpo/ alone, with 1.5x the memory share and the GPU's compute to itself
+GRPO_RUNS=${PROOF_GRPO_RUNS:-both}
+GRPO_LR_B=${GRPO_LR_B:-$(awk "BEGIN { print 2.5 * $GRPO_LR }")}
+case $GRPO_RUNS in
+  both|lr-pair) ;;
+  trained) SHARE=$(awk "BEGIN { print 1.5 * $SHARE }") ;;
+  *) echo "PROOF_GRPO_RUNS must be both, lr-pair or trained" >&2; exit 2 ;;
+esac
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
 GRPO_GPU_SHARE=${GRPO_GPU_SHARE:-$([ "$DEVICE" = cpu ] && echo 0 || echo "$SHARE")}
@@ -142,7 +150,7 @@ stage_data() {
 }
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
-    "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -208,8 +216,12 @@ stage_grpo() {
   grpo_run grpo true "$(grpo_minutes)" 29517 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING"
 }
 stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)" 29527; }
+stage_grpo_b() {
+  grpo_run grpo-b true "$(grpo_minutes)" 29537 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING --grpo.learning_rate=$GRPO_LR_B"
+}
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
+stage_final_b() { evaluate rlm-grpo-b rlm "$D/grpo-b/final/merged" "rlm (SFT+GRPO, sub-calls trained, lr $GRPO_LR_B)"; }
 stage_report() { # the trained-sub-calls run's report (the masked run's if that one did not finish)
   local run="$D/grpo"
   [ -f "$run/summary.json" ] || run="$D/grpo-masked"
@@ -327,10 +339,13 @@ stage_pipeline() {
   step sft || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!
   { step grpo && step final; } & local trained=$!
-  local masked=
-  if [ "$GRPO_RUNS" = both ]; then { step grpo_masked && step final_masked; } & masked=$!; fi
+  local second=
+  case $GRPO_RUNS in
+    both) { step grpo_masked && step final_masked; } & second=$! ;;
+    lr-pair) { step grpo_b && step final_b; } & second=$! ;;
+  esac
   local status=0
-  for pid in $baselines $sft_eval $trained $masked; do wait "$pid" || status=1; done
+  for pid in $baselines $sft_eval $trained $second; do wait "$pid" || status=1; done
   step report || status=1
   step pack
   return $status
@@ -351,7 +366,7 @@ case $1 in
     end=$(( $(date +%s) + ${2:?wait SECONDS} ))
     while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$D/pipeline.done" ]; do sleep 10; done
     tail -n 40 "$D/progress.log"
-    for g in grpo grpo-masked; do
+    for g in grpo grpo-masked grpo-b; do
       [ -f "$D/$g/metrics.jsonl" ] && "$PY" scripts/gpu/grpo_progress.py "$D/$g/metrics.jsonl" "$g"
     done
     if [ -f "$D/pipeline.done" ]; then

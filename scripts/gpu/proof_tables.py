@@ -27,9 +27,16 @@ POLICIES = (  # (name in the archive, label)
     ("rlm-sft", "RLM scaffold, after SFT"),
     ("rlm-grpo-masked", "RLM scaffold, SFT + GRPO (sub-calls masked)"),
     ("rlm-grpo", "RLM scaffold, SFT + GRPO (sub-calls trained)"),
+    ("rlm-grpo-b", "RLM scaffold, SFT + GRPO (sub-calls trained, second learning rate)"),
 )
 SPLITS = (("heldout", ""), ("heldout_unseen", "-unseen"))
-COMPARISONS = (("rlm-grpo", "rlm-sft"), ("rlm-grpo-masked", "rlm-sft"), ("rlm-grpo", "rlm-grpo-masked"))
+COMPARISONS = (
+    ("rlm-grpo", "rlm-sft"),
+    ("rlm-grpo-masked", "rlm-sft"),
+    ("rlm-grpo", "rlm-grpo-masked"),
+    ("rlm-grpo-b", "rlm-sft"),
+    ("rlm-grpo-b", "rlm-grpo"),
+)
 
 
 def cell(group: dict[str, Any]) -> str:

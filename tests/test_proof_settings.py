@@ -1,0 +1,44 @@
+"""What `scripts/gpu/proof.sh` resolves from its environment: the GRPO runs it trains side by side, the second
+run's learning rate, the teacher's slips. Only the `settings` stage runs (no data, model or training)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu/proof.sh"), "settings"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PROOF_DIR": str(tmp_path), "PROOF_DEVICE": "cuda", **env},
+    )
+
+
+def test_lr_pair_trains_the_second_run_at_2_5x_unless_given(tmp_path):
+    done = settings(tmp_path, PROOF_GRPO_RUNS="lr-pair", GRPO_LR="2e-5", PROOF_SFT_TEACHER_SLIPS="0.15")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "progress.log").read_text()
+    assert "runs=lr-pair" in line and "lr=2e-5 lr_b=5e-05" in line and "teacher_slips=0.15" in line
+    assert "gpu_share=0.36 " in line  # two runs share the GPU: each keeps the both-runs share
+    done = settings(tmp_path / "b", PROOF_GRPO_RUNS="lr-pair", GRPO_LR="2e-5", GRPO_LR_B="1e-4")
+    assert "lr_b=1e-4" in (tmp_path / "b" / "progress.log").read_text()
+
+
+def test_one_trained_run_alone_gets_a_larger_memory_share(tmp_path):
+    done = settings(tmp_path, PROOF_GRPO_RUNS="trained")
+    assert done.returncode == 0, done.stderr
+    assert "gpu_share=0.54 " in (tmp_path / "progress.log").read_text()
+
+
+@pytest.mark.parametrize("runs", ["masked", "lr_pair", "trained "])
+def test_an_unknown_choice_of_runs_is_refused(tmp_path, runs):
+    done = settings(tmp_path, PROOF_GRPO_RUNS=runs)
+    assert done.returncode == 2 and "PROOF_GRPO_RUNS must be both, lr-pair or trained" in done.stderr
