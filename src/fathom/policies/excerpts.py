@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from fathom.policies.looking import Question
-from fathom.policies.moves import READ_MARK, turn
+from fathom.policies.moves import READ_MARK, prose, turn
 
 CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
@@ -238,7 +238,7 @@ def _read_def(rng: random.Random, q: Question) -> str:
     return f"""
 def read(kept):
     chunks = chunked(kept)
-    replies = llm_batch([({ask + chr(10) + READ_MARK + q.text!r}, chunk) for chunk in chunks])
+    replies = llm_batch([({prose(ask + chr(10) + READ_MARK + q.text)}, chunk) for chunk in chunks])
     print(len(chunks), "chunks read")
     print("replies:", [r.strip()[:200] for r in replies])
     return replies

@@ -28,6 +28,17 @@ def escape(text: str) -> str:
     return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text)
 
 
+def prose(text: str) -> str:
+    """The literal for prose a cell passes to llm(): triple double quotes whatever quotes the text holds.
+
+    `repr` switches between ' and " with the text's own quotes; a student copying a question into the
+    quotes it saw most often ('...') breaks on a question that holds an apostrophe (run 7: every family whose
+    questions quote names scored 0-8%). One form that any question fits is what it should learn."""
+    if '"""' in text or text.endswith('"') or "\\" in text:
+        return repr(text)
+    return f'"""{text}"""'
+
+
 def turn(rng: random.Random, thoughts: tuple[str, ...], code: str) -> str:
     return f"{rng.choice(thoughts)}\n```repl\n{code.strip()}\n```"
 
@@ -158,7 +169,7 @@ def read_lines(rng: random.Random, question: str, source: str) -> str:
     code = f"""
 chunk = {source}
 print(len(chunk), "chars to read")
-reply = llm({ask + chr(10) + READ_MARK + question!r}, chunk)
+reply = llm({prose(ask + chr(10) + READ_MARK + question)}, chunk)
 print(repr(reply))
 """
     return turn(
@@ -307,7 +318,7 @@ def classify(rng: random.Random, field_at: int, categories: list[str]) -> str:
 texts = [rec[{field_at}] for rec in recs]
 per = max({per}, len(texts) // {CLASSIFY_CALLS} + 1)
 chunks = [texts[i : i + per] for i in range(0, len(texts), per)]
-replies = llm_batch([({prompt!r}, "\\n".join(chunk)) for chunk in chunks])
+replies = llm_batch([({prose(prompt)}, "\\n".join(chunk)) for chunk in chunks])
 labels = [line.strip() for reply in replies for line in reply.strip().splitlines()]
 from collections import Counter
 print(len(labels), "labels for", len(texts), "records")
