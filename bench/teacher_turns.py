@@ -1,0 +1,57 @@
+"""The teacher on training-family tasks: how many it solves and how long its turns are in the student's tokens.
+
+    PYTHONPATH=src python bench/teacher_turns.py [--seeds 4] [--lengths 8192 32768] [--max-turns 10]
+
+Plays the scripted teacher (`fathom.policies.teacher`, its own reader) through the real rollout engine on
+every training family x seed x length, with the Qwen2.5 tokenizer the GPU proof's student has (`tiny-qwen`
+carries it), and prints one JSON line: tasks, correct, turns, longest and mean turn in tokens, and the
+transcripts with a turn over the student's 384-token turn. Run it on two checkouts to compare a teacher change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import fathom.tasks as T
+from fathom.models import ModelSpec, load_tokenizer
+from fathom.policies.readers import teacher_reader
+from fathom.policies.teacher import teacher_backend
+from fathom.rollout import ChatFormat, RolloutConfig
+from fathom.rollout.wiring import build_engine, hf_service
+
+TURN_BUDGET = 384  # rollout.max_new_tokens in scripts/gpu/proof.sh
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
+    parser.add_argument("--max-turns", type=int, default=10)
+    args = parser.parse_args()
+    chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))
+    families = sorted(set(T.FAMILIES) - set(T.UNSEEN_FAMILIES))
+    tasks = [T.generate_task(f, s, n) for f in families for s in range(args.seeds) for n in args.lengths]
+    engine = build_engine(
+        hf_service(teacher_backend(chat)),
+        chat,
+        RolloutConfig(max_turns=args.max_turns, max_total_tokens=1 << 20),
+        teacher_reader(),
+    )
+    episodes = engine.run_sync(tasks)
+    lengths = [len(t.ids) for e in episodes for t in e.turns]
+    record = {
+        "tasks": len(tasks),
+        "correct": sum(e.correct for e in episodes),
+        "turns": len(lengths),
+        "longest_turn": max(lengths),
+        "mean_turn": round(sum(lengths) / len(lengths), 1),
+        f"transcripts_with_a_turn_over_{TURN_BUDGET}": sum(
+            any(len(t.ids) > TURN_BUDGET for t in e.turns) for e in episodes
+        ),
+    }
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
