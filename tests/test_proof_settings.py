@@ -1,5 +1,6 @@
 """What `scripts/gpu/proof.sh` resolves from its environment: the GRPO runs it trains side by side, the second
-run's learning rate, the teacher's slips. Only the `settings` stage runs (no data, model or training)."""
+run's learning rate, the teacher's slips, the evaluations' repetition penalty. Only the `settings` stage runs
+(no data, model or training)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,11 @@ def test_one_trained_run_alone_gets_a_larger_memory_share(tmp_path):
 def test_an_unknown_choice_of_runs_is_refused(tmp_path, runs):
     done = settings(tmp_path, PROOF_GRPO_RUNS=runs)
     assert done.returncode == 2 and "PROOF_GRPO_RUNS must be both, lr-pair or trained" in done.stderr
+
+
+def test_the_evaluations_repetition_penalty_is_logged(tmp_path):
+    done = settings(tmp_path, PROOF_EVAL_REPETITION_PENALTY="1.1")
+    assert done.returncode == 0, done.stderr
+    assert "eval_repetition_penalty=1.1;" in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "off")
+    assert "eval_repetition_penalty=1.0;" in (tmp_path / "off" / "progress.log").read_text()

@@ -109,6 +109,8 @@ GRPO_SEED=${GRPO_SEED:-0}
 # every train length and difficulty, for the SFT transcripts
 ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["easy", "medium", "hard"]}]'
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
+# Greedy evaluation fell into one-token loops on unseen families; > 1 tries the repetition penalty on every policy
+EVAL_REP_PENALTY=${PROOF_EVAL_REPETITION_PENALTY:-1.0}
 if [ "$SFT_LORA" = 1 ]; then
   SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
   SFT_MODEL=$D/sft/final/merged
@@ -133,7 +135,7 @@ evaluate() { # NAME POLICY MODEL LABEL: both held-out splits, one model load; th
     --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
     --dtype "$EVAL_DTYPE" --vllm-memory "$MEM" --vllm-kv-cache-gib "$KV_GIB" --overwrite --no-progress \
-    > "$D/logs/eval-$1.log" 2>&1
+    --repetition-penalty "$EVAL_REP_PENALTY" > "$D/logs/eval-$1.log" 2>&1
   for out in "$D/eval/$1" "$D/eval/$1-unseen"; do keep "$out/summary.json" "$out/eval.jsonl"; done
   if [ -f "$D/eval/$1-unseen/traces.jsonl" ]; then  # whole episodes of the unseen families (rlm rows)
     head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
@@ -151,6 +153,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side

@@ -190,3 +190,24 @@ def test_several_task_files_through_one_loaded_policy(heldout_file, tmp_path):
         assert json.loads((out / "summary.json").read_text())["task_file"].endswith(out.name[-1] + ".jsonl")
     with pytest.raises(SystemExit, match=r"2 --tasks file\(s\) but 1 --out"):
         main(["eval", "--policy", "expert", "--tasks", str(first), str(second), "--out", str(outs[0])])
+
+
+def test_repetition_penalty_is_recorded_and_reaches_the_sub_calls(tmp_path):
+    from fathom.eval.policies import RLMPolicy
+    from fathom.rollout import Sampling
+
+    path = write_hand_made(tmp_path)
+    for policy in ("direct", "rlm"):  # every policy an evaluation compares is decoded the same way
+        out = tmp_path / policy
+        status = main(
+            ["eval", "--policy", policy, "--model", "tiny-smol", "--tasks", str(path), "--out", str(out),
+             "--no-progress", "--max-new-tokens", "8", "--max-turns", "1", "--limit", "2", "--device", "cpu",
+             "--repetition-penalty", "1.2"]
+        )  # fmt: skip
+        assert status == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["repetition_penalty"] == 1.2 and summary["temperature"] == 0.0
+        assert summary["n_rows"] == 2
+    policy = RLMPolicy("tiny-smol", sampling=Sampling(max_new_tokens=8, repetition_penalty=1.2), device="cpu")
+    assert policy.sub_sampling.repetition_penalty == 1.2 and policy.sub_sampling.temperature == 0.0
+    assert RLMPolicy("tiny-smol", device="cpu").describe()["repetition_penalty"] == 1.0

@@ -57,6 +57,7 @@ def test_overrides_are_typed_and_win_over_the_file():
         (["--model.load_in_4bit=true", "--model.lora=false"], "needs model.lora = true"),
         (["--grpo.max_steps"], "has no value"),
         (["--run.gpu_memory_fraction=1.5"], "run.gpu_memory_fraction must be in [0, 1], got 1.5"),
+        (["--rollout.repetition_penalty=0"], "rollout.repetition_penalty must be > 0"),
     ],
 )
 def test_bad_config_fails_fast_with_the_key_named(overrides, message):
@@ -121,3 +122,16 @@ def test_vllm_generation_is_chosen_by_the_rollout_mode(monkeypatch):
         wants_vllm(config("vllm"), "cpu")
     args = vllm_arguments(config("auto"), "cuda")
     assert args["use_vllm"] and args["vllm_mode"] == "colocate" and args["vllm_max_model_length"] == 8192
+
+
+def test_the_rollout_repetition_penalty_reaches_the_turns_sampling():
+    from types import SimpleNamespace
+
+    from fathom.models import ModelSpec, load_tokenizer
+    from fathom.train.rollout_func import FathomRollout
+
+    config = load_config(None, ["--rollout.repetition_penalty=1.1"])
+    tokenizer = load_tokenizer(ModelSpec(name="tiny-smol"))
+    rollout = FathomRollout(config, tokenizer, source=None, state=SimpleNamespace(temperature=1.0))
+    assert rollout.sampling().repetition_penalty == 1.1 and rollout.sampling(0.0).repetition_penalty == 1.1
+    assert load_config(None, []).rollout.repetition_penalty == 1.0  # off unless asked: GRPO stays on-policy

@@ -38,7 +38,11 @@ def build_policy(args: argparse.Namespace) -> Any:
         return TeacherPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
-    sampling = Sampling(max_new_tokens=args.max_new_tokens or default_new, temperature=args.temperature)
+    sampling = Sampling(
+        max_new_tokens=args.max_new_tokens or default_new,
+        temperature=args.temperature,
+        repetition_penalty=args.repetition_penalty,
+    )
     common = {
         "context_tokens": args.context_tokens,
         "sampling": sampling,
@@ -148,6 +152,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-turns", type=int, help="rlm/expert/teacher turn cap (default 6 rlm, 12 expert and teacher)"
     )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="CTRL-style penalty on tokens already in the prompt or reply, as HF generate's and vLLM's "
+        "repetition_penalty (1.0 = off, default; > 1 discourages repeats); rlm's llm() sub-calls get it "
+        "too, so every reply of the model is decoded the same way",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="tasks per batch, and per resume step")
     p.add_argument("--limit", type=int, help="only the first N tasks of the file")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))

@@ -311,6 +311,7 @@ class DirectPolicy:
             "context_tokens": self.context_tokens,
             "max_new_tokens": self.sampling.max_new_tokens,
             "temperature": self.sampling.temperature,
+            "repetition_penalty": self.sampling.repetition_penalty,
         }
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
@@ -365,7 +366,12 @@ class RLMPolicy:
         self.chat = ChatFormat(self.tokenizer)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=256, temperature=0.0)
-        self.sub_sampling = Sampling(max_new_tokens=sub_max_new_tokens, temperature=0.0)
+        # Greedy sub-calls, with the turns' repetition penalty: the reader is the same model, decoded alike
+        self.sub_sampling = Sampling(
+            max_new_tokens=sub_max_new_tokens,
+            temperature=0.0,
+            repetition_penalty=self.sampling.repetition_penalty,
+        )
         self.label = label or f"rlm:{short_name(model)}"
 
     def describe(self) -> dict[str, Any]:
@@ -376,6 +382,7 @@ class RLMPolicy:
             "context_tokens": self.context_tokens,
             "max_new_tokens": self.sampling.max_new_tokens,
             "temperature": self.sampling.temperature,
+            "repetition_penalty": self.sampling.repetition_penalty,
             "max_turns": self.max_turns,
         }
 

@@ -32,6 +32,15 @@ class Sampling:
     logprobs: bool = False
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False  # always generate max_new_tokens (benchmarks)
+    # CTRL-style penalty on every token already in the prompt or the reply (HF's and vLLM's semantics):
+    # a seen token's logit is divided by it when positive, multiplied when negative. 1.0 = off.
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.repetition_penalty > 0:
+            raise ValueError(
+                f"repetition_penalty must be > 0 (1.0 = off, > 1 discourages repeats); got {self.repetition_penalty}"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,10 @@ class HFBackend:
             kwargs.update(
                 temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None
             )
+        if sampling.repetition_penalty != 1.0:  # under greedy too: it reshapes the logits the argmax reads
+            # transformers skips each row's left padding (by the attention mask), so a padded row is
+            # penalised as the same prompt alone, and as in vLLM: over its prompt and reply tokens only.
+            kwargs["repetition_penalty"] = float(sampling.repetition_penalty)
         if sampling.stop_strings:
             kwargs.update(stop_strings=list(sampling.stop_strings), tokenizer=self.tokenizer)
         if sampling.ignore_eos:

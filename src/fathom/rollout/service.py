@@ -170,6 +170,7 @@ def sampling_params(sampling: Sampling) -> Any:
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         top_k=sampling.top_k or -1,
+        repetition_penalty=sampling.repetition_penalty,  # over prompt + output tokens, as HFBackend's
         logprobs=0 if sampling.logprobs else None,
         stop=list(sampling.stop_strings) or None,
         include_stop_str_in_output=True,

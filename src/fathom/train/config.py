@@ -92,6 +92,10 @@ class RolloutSection:
     temperature: float = 1.0
     top_p: float = 1.0  # keep 1 / top_k 0 for RL: truncated sampling biases the policy gradient
     top_k: int = 0
+    # Of the policy's turns (CTRL-style, as `fathom eval --repetition-penalty`; 1.0 = off). GRPO's log-probs
+    # are the unpenalised model's, so any other value makes its samples off-policy, and TRL's vLLM
+    # importance-sampling correction does not see the penalty: keep 1.0 for GRPO unless measured.
+    repetition_penalty: float = 1.0
     # auto: vLLM (TRL's colocated engine) on a GPU where vLLM is installed, else HF generate (plain)
     generation_mode: str = "auto"  # auto | vllm | plain | static
     max_cache_len: int = 8192  # static mode
@@ -136,7 +140,10 @@ class RolloutSection:
         )
 
     def __post_init__(self) -> None:
-        _positive("rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens")
+        _positive(
+            "rollout", self, "max_turns", "max_total_tokens", "max_new_tokens", "sub_max_new_tokens",
+            "repetition_penalty",
+        )  # fmt: skip
         _positive(
             "rollout", self, "temperature", "top_k", "max_subcall_rows", "vllm_kv_cache_gib", allow_zero=True
         )

@@ -157,7 +157,12 @@ class FathomRollout:
         r = self.config.rollout
         t = self.state.temperature if temperature is None else temperature
         return Sampling(
-            max_new_tokens=r.max_new_tokens, temperature=t, top_p=r.top_p, top_k=r.top_k, logprobs=logprobs
+            max_new_tokens=r.max_new_tokens,
+            temperature=t,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            logprobs=logprobs,
+            repetition_penalty=r.repetition_penalty,
         )
 
     def _reader(self) -> Any:
