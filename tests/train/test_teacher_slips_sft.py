@@ -72,6 +72,7 @@ def test_teacher_slips_outside_0_1_is_refused(share):
     assert SFTConfig().teacher_slips == 0.0
 
 
+@pytest.mark.slow  # ~70 s on 2 cores: one SFT epoch of the tiny Qwen model over a 24-turn transcript
 def test_the_sft_summary_counts_the_slip_turns_it_trained_around(record, tmp_path):
     path = tmp_path / "transcripts.jsonl"
     rows = [{**record, "family": "bundle_locate", "length_tokens": 8192, "grounding": {"ok": True}}]
