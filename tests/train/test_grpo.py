@@ -215,6 +215,7 @@ def _driver(run_dir: Path, steps: int) -> list[str]:
     return [sys.executable, str(HERE / "grpo_driver.py"), *args]
 
 
+@pytest.mark.slow  # ~90 s on 2 cores; test_max_minutes_stops_with_a_checkpoint_and_resumes covers resuming by default
 def test_sigkill_and_resume_continues_the_same_curve(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     subprocess.run(_driver(whole, 3), check=True, capture_output=True, timeout=600)

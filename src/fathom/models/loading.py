@@ -71,11 +71,15 @@ def resolve_model_dir(name: str) -> Path | str:
 
 
 def _from_pretrained(cls: Any, source: Path | str, **kwargs: Any) -> Any:
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    if isinstance(source, str) and offline:
+        # huggingface_hub reads HF_HUB_OFFLINE once, at import: set later (by a caller, a notebook), it would
+        # still retry the network for ~45 s before failing. The local cache is all an offline run may use.
+        kwargs.setdefault("local_files_only", True)
     try:
         return cls.from_pretrained(source, **kwargs)
     except OSError as exc:
         if isinstance(source, str):
-            offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
             why = "HF_HUB_OFFLINE is set" if offline else "the hub could not be reached or has no such model"
             raise ModelLoadError(
                 f"cannot load {source!r}: it is not a local directory, not in the local HF cache, and {why}. "
