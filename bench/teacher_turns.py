@@ -15,10 +15,8 @@ import json
 
 import fathom.tasks as T
 from fathom.models import ModelSpec, load_tokenizer
-from fathom.policies.readers import teacher_reader
-from fathom.policies.teacher import teacher_backend
-from fathom.rollout import ChatFormat, RolloutConfig
-from fathom.rollout.wiring import build_engine, hf_service
+from fathom.policies.teacher import play_teacher
+from fathom.rollout import ChatFormat
 
 TURN_BUDGET = 384  # rollout.max_new_tokens in scripts/gpu/proof.sh
 
@@ -32,13 +30,7 @@ def main() -> None:
     chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))
     families = sorted(set(T.FAMILIES) - set(T.UNSEEN_FAMILIES))
     tasks = [T.generate_task(f, s, n) for f in families for s in range(args.seeds) for n in args.lengths]
-    engine = build_engine(
-        hf_service(teacher_backend(chat)),
-        chat,
-        RolloutConfig(max_turns=args.max_turns, max_total_tokens=1 << 20),
-        teacher_reader(),
-    )
-    episodes = engine.run_sync(tasks)
+    episodes = play_teacher(chat, tasks, args.max_turns)
     lengths = [len(t.ids) for e in episodes for t in e.turns]
     record = {
         "tasks": len(tasks),

@@ -15,6 +15,7 @@ ways of writing each move are drawn from a `random.Random` seeded by the questio
 
 `teacher_backend` wraps it as a `ScriptedBackend`; its `llm()` calls are answered in evaluation and SFT by
 `fathom.policies.readers.teacher_reader`. Transcripts are checked by `fathom.policies.grounding`.
+`play_teacher` plays it on tasks through the real rollout engine (tests, `bench/teacher_turns.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import ast
 import random
 import re
 from collections.abc import Generator
+from typing import Any
 
 from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
@@ -382,3 +384,21 @@ def slip_turns(conversation: str, seed: int, slips: float) -> list[int]:
 def teacher_backend(chat: ChatFormat, seed: int = 0, slips: float = 0.0) -> ScriptedBackend:
     """The teacher as a policy backend: any task, no task list (it reads only the conversation)."""
     return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed, slips))
+
+
+def play_teacher(
+    chat: ChatFormat, tasks: list[Any], max_turns: int, reader: Any = None, backend: Any = None
+) -> list[Any]:
+    """The episodes of `tasks` through the real rollout engine, played by `backend` (the teacher by default)
+    with `reader` answering llm() (the teacher's reader by default): for measuring and testing the teacher."""
+    from fathom.policies.readers import teacher_reader
+    from fathom.rollout.engine import RolloutConfig
+    from fathom.rollout.wiring import build_engine, hf_service
+
+    engine = build_engine(
+        hf_service(backend or teacher_backend(chat)),
+        chat,
+        RolloutConfig(max_turns=max_turns, max_total_tokens=1 << 20),
+        reader or teacher_reader(),
+    )
+    return engine.run_sync(tasks)
