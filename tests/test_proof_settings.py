@@ -48,6 +48,24 @@ def test_an_unknown_choice_of_runs_is_refused(tmp_path, runs):
 def test_the_evaluations_repetition_penalty_is_logged(tmp_path):
     done = settings(tmp_path, PROOF_EVAL_REPETITION_PENALTY="1.1")
     assert done.returncode == 0, done.stderr
-    assert "eval_repetition_penalty=1.1;" in (tmp_path / "progress.log").read_text()
+    assert "eval_repetition_penalty=1.1 " in (tmp_path / "progress.log").read_text()
     settings(tmp_path / "off")
-    assert "eval_repetition_penalty=1.0;" in (tmp_path / "off" / "progress.log").read_text()
+    assert "eval_repetition_penalty=1.0 " in (tmp_path / "off" / "progress.log").read_text()
+
+
+def test_a_second_sft_evaluation_with_a_repetition_penalty_is_logged_when_asked(tmp_path):
+    done = settings(tmp_path, PROOF_SFT_EVAL_REPETITION_PENALTY="1.1")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "progress.log").read_text()
+    assert "eval_repetition_penalty=1.0 sft_eval_repetition_penalty=1.1;" in line
+    settings(tmp_path / "off")
+    assert "sft_eval_repetition_penalty=none;" in (tmp_path / "off" / "progress.log").read_text()
+
+
+def test_sft_tasks_are_generated_distinct_unless_the_pool_is_asked_for(tmp_path):
+    settings(tmp_path, PROOF_SFT_TASKS="1024")
+    assert "tasks=1024 (generated)" in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "pool", PROOF_SFT_TASK_SOURCE="pool")
+    assert "tasks=512 (pool)" in (tmp_path / "pool" / "progress.log").read_text()
+    done = settings(tmp_path / "bad", PROOF_SFT_TASK_SOURCE="fresh")
+    assert done.returncode == 2 and "PROOF_SFT_TASK_SOURCE must be generated or pool" in done.stderr

@@ -16,8 +16,9 @@
 #   scripts/gpu/proof.sh restore            in a later session: take this call's carried pieces; once all are
 #                                           here, rebuild the state, so that `start` continues GRPO
 #
-# The pipeline runs what can share the GPU at once: the baselines during SFT, the SFT evaluation beside both
-# GRPO runs, the two final evaluations together. GRPO stops by `run.max_minutes`, computed so that the whole
+# The pipeline runs what can share the GPU at once: the baselines during SFT, the SFT evaluation (and with
+# PROOF_SFT_EVAL_REPETITION_PENALTY a second one at that penalty) beside the GRPO runs, the final evaluations
+# together. GRPO stops by `run.max_minutes`, computed so that the whole
 # pipeline ends by PROOF_BUDGET_S seconds after `start` (it checkpoints every 10 steps, and `grpo` resumes
 # from the newest checkpoint when run again on the same machine).
 # On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d;
@@ -80,13 +81,21 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   SUBCALL_ROWS=4 SHARE=0.42 SUBCALL_CHECKPOINTING=true
 fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
-SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS}
+SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS} SFT_TASKS=${PROOF_SFT_TASKS:-$SFT_TASKS}
 # SFT stops once held-out policy entropy (nats a token, sampled at temperature 1) falls below this, keeping
 # the last checkpoint above it: GRPO needs a policy that still samples different episodes
 SFT_ENTROPY_FLOOR=${PROOF_SFT_ENTROPY_FLOOR:-0.03}
 # the share of the teacher's cells first written with a slip and repaired on the next turn (fathom.policies.slips):
 # transcripts that show an error and its recovery
 SFT_TEACHER_SLIPS=${PROOF_SFT_TEACHER_SLIPS:-0}
+# where SFT's tasks come from. generated: SFT_TASKS distinct tasks of the training families, made for SFT;
+# pool: drawn from data/train.jsonl (GRPO's pool), where 512 draws from 840 tasks give 388 distinct (runs 3-7)
+SFT_TASK_SOURCE=${PROOF_SFT_TASK_SOURCE:-generated}
+case $SFT_TASK_SOURCE in
+  generated) SFT_POOL= ;;
+  pool) SFT_POOL=$D/data/train.jsonl ;;
+  *) echo "PROOF_SFT_TASK_SOURCE must be generated or pool" >&2; exit 2 ;;
+esac
 GRPO_LR=${GRPO_LR:-$LR}
 # which GRPO runs train side by side after SFT. both: sub-calls trained (grpo/) and masked (grpo-masked/);
 # lr-pair: sub-calls trained at GRPO_LR (grpo/) and at GRPO_LR_B (grpo-b/), a learning rate chosen by
@@ -111,6 +120,9 @@ ALL_TIER='[{name="all", lengths=[8192, 16384, 32768, 131072], difficulties=["eas
 EVAL_DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
 # Greedy evaluation fell into one-token loops on unseen families; > 1 tries the repetition penalty on every policy
 EVAL_REP_PENALTY=${PROOF_EVAL_REPETITION_PENALTY:-1.0}
+# set: the SFT model is evaluated a second time (rlm-sft-rp) at this penalty, beside its first evaluation, so
+# one run measures what the penalty does to the same model on the same tasks
+SFT_EVAL_REP_PENALTY=${PROOF_SFT_EVAL_REPETITION_PENALTY:-}
 if [ "$SFT_LORA" = 1 ]; then
   SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
   SFT_MODEL=$D/sft/final/merged
@@ -128,14 +140,14 @@ keep() { # small results into $D/keep (flat names); `pack` archives them
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$D/keep/$(echo "${f#"$D"/}" | tr / _)"; done
   return 0
 }
-evaluate() { # NAME POLICY MODEL LABEL: both held-out splits, one model load; the rollouts' budget for rlm
+evaluate() { # NAME POLICY MODEL LABEL [PENALTY]: both held-out splits, one model load; the rollouts' budget for rlm
   local budget=()
   [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW")
   fathom eval --policy "$2" --model "$3" --label "$4" \
     --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
     --dtype "$EVAL_DTYPE" --vllm-memory "$MEM" --vllm-kv-cache-gib "$KV_GIB" --overwrite --no-progress \
-    --repetition-penalty "$EVAL_REP_PENALTY" > "$D/logs/eval-$1.log" 2>&1
+    --repetition-penalty "${5:-$EVAL_REP_PENALTY}" > "$D/logs/eval-$1.log" 2>&1
   for out in "$D/eval/$1" "$D/eval/$1-unseen"; do keep "$out/summary.json" "$out/eval.jsonl"; done
   if [ -f "$D/eval/$1-unseen/traces.jsonl" ]; then  # whole episodes of the unseen families (rlm rows)
     head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
@@ -151,9 +163,9 @@ stage_data() {
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
 stage_settings() { # what this run resolved, into the progress log
-  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -163,7 +175,7 @@ stage_model() { # the student's weights, built once before stages load them side
 stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct transcripts (and reader rows) whose
   # every turn fits the NEW tokens a turn that GRPO and the evaluations give the student
   fathom sft --config "$RECIPE" --run.run_dir="$D/sft" --run.device="$DEVICE" --model.name="$MODEL" \
-    "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$D/data/train.jsonl" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
+    "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$SFT_POOL" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
@@ -176,6 +188,9 @@ stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"
 stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
 stage_baselines() { stage_direct & stage_untrained & wait; }
 stage_sft_eval() { evaluate rlm-sft rlm "$SFT_MODEL" "rlm (SFT)"; }
+stage_sft_eval_rp() {
+  evaluate rlm-sft-rp rlm "$SFT_MODEL" "rlm (SFT, repetition penalty $SFT_EVAL_REP_PENALTY)" "$SFT_EVAL_REP_PENALTY"
+}
 newest_checkpoint() { # RUN_DIR: the name of its newest checkpoint, or nothing
   [ -d "$1" ] || return 0
   find "$1" -maxdepth 1 -type d -name 'checkpoint-*' -printf '%f\n' | sort -t- -k2 -n | tail -n 1
@@ -341,6 +356,8 @@ stage_pipeline() {
   step baselines & local baselines=$!
   step sft || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!
+  local sft_eval_rp=
+  if [ -n "$SFT_EVAL_REP_PENALTY" ]; then step sft_eval_rp & sft_eval_rp=$!; fi
   { step grpo && step final; } & local trained=$!
   local second=
   case $GRPO_RUNS in
@@ -348,7 +365,7 @@ stage_pipeline() {
     lr-pair) { step grpo_b && step final_b; } & second=$! ;;
   esac
   local status=0
-  for pid in $baselines $sft_eval $trained $second; do wait "$pid" || status=1; done
+  for pid in $baselines $sft_eval $sft_eval_rp $trained $second; do wait "$pid" || status=1; done
   step report || status=1
   step pack
   return $status

@@ -25,6 +25,7 @@ POLICIES = (  # (name in the archive, label)
     ("direct", "direct answer, document truncated to 8K (untrained)"),
     ("rlm-untrained", "RLM scaffold, untrained"),
     ("rlm-sft", "RLM scaffold, after SFT"),
+    ("rlm-sft-rp", "RLM scaffold, after SFT, evaluated with a repetition penalty"),
     ("rlm-grpo-masked", "RLM scaffold, SFT + GRPO (sub-calls masked)"),
     ("rlm-grpo", "RLM scaffold, SFT + GRPO (sub-calls trained)"),
     ("rlm-grpo-b", "RLM scaffold, SFT + GRPO (sub-calls trained, second learning rate)"),
@@ -32,6 +33,7 @@ POLICIES = (  # (name in the archive, label)
 SPLITS = (("heldout", ""), ("heldout_unseen", "-unseen"))
 COMPARISONS = (
     ("rlm-grpo", "rlm-sft"),
+    ("rlm-sft-rp", "rlm-sft"),
     ("rlm-grpo-masked", "rlm-sft"),
     ("rlm-grpo", "rlm-grpo-masked"),
     ("rlm-grpo-b", "rlm-sft"),
