@@ -69,3 +69,10 @@ def test_sft_tasks_are_generated_distinct_unless_the_pool_is_asked_for(tmp_path)
     assert "tasks=512 (pool)" in (tmp_path / "pool" / "progress.log").read_text()
     done = settings(tmp_path / "bad", PROOF_SFT_TASK_SOURCE="fresh")
     assert done.returncode == 2 and "PROOF_SFT_TASK_SOURCE must be generated or pool" in done.stderr
+
+
+def test_sft_min_epochs_is_passed_on_and_logged(tmp_path):
+    settings(tmp_path, PROOF_SFT_MIN_EPOCHS="1")
+    assert "entropy_floor=0.03 min_epochs=1 " in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "default")
+    assert "min_epochs=0 " in (tmp_path / "default" / "progress.log").read_text()

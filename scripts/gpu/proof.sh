@@ -85,6 +85,8 @@ SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS} SFT_TASKS=${PROOF_SFT_TASKS:-$SFT_TA
 # SFT stops once held-out policy entropy (nats a token, sampled at temperature 1) falls below this, keeping
 # the last checkpoint above it: GRPO needs a policy that still samples different episodes
 SFT_ENTROPY_FLOOR=${PROOF_SFT_ENTROPY_FLOOR:-0.03}
+# neither the floor nor patience stops SFT before this many epochs (sft.min_epochs)
+SFT_MIN_EPOCHS=${PROOF_SFT_MIN_EPOCHS:-0}
 # the share of the teacher's cells first written with a slip and repaired on the next turn (fathom.policies.slips):
 # transcripts that show an error and its recovery
 SFT_TEACHER_SLIPS=${PROOF_SFT_TEACHER_SLIPS:-0}
@@ -153,6 +155,11 @@ evaluate() { # NAME POLICY MODEL LABEL [PENALTY]: both held-out splits, one mode
     head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
     keep "$D/eval/$1-unseen/traces_sample.jsonl"
   fi
+  if [ -f "$D/eval/$1/traces.jsonl" ]; then  # and of the training families: every 7th (7 is prime to the
+    # 20 families the held-out file cycles through, so each family is sampled)
+    awk 'NR % 7 == 1' "$D/eval/$1/traces.jsonl" > "$D/eval/$1/traces_sample.jsonl"
+    keep "$D/eval/$1/traces_sample.jsonl"
+  fi
 }
 
 stage_data() {
@@ -163,7 +170,7 @@ stage_data() {
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
 stage_settings() { # what this run resolved, into the progress log
-  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR teacher_slips=$SFT_TEACHER_SLIPS;" \
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
     "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
@@ -180,7 +187,7 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
     --sft.teacher_slips="$SFT_TEACHER_SLIPS" \
-    --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" \
+    --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" --sft.min_epochs="$SFT_MIN_EPOCHS" \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"
 }

@@ -6,9 +6,11 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 from transformers import TrainerControl
 
+from fathom.train.config import ConfigError
 from fathom.train.configfile import load_config
 from fathom.train.sft import run_sft, split_heldout
 from fathom.train.sft_stopping import HeldoutStopping
@@ -60,6 +62,34 @@ def test_entropy_under_the_floor_stops_and_is_never_chosen():
     rule.restore_best()
     assert torch.all(model.weight == 1.0)
     assert rule.record.best_step == 1 and "under the floor" in rule.record.reason
+
+
+def test_nothing_stops_before_min_epochs_and_the_floor_still_decides_what_is_kept():
+    model = torch.nn.Linear(2, 2)
+    rule = HeldoutStopping(model, patience=1, entropy_floor=0.05, min_epochs=1.0)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    assert not evaluate(rule, 4, 2.0, entropy=0.4).should_training_stop  # epoch 0.4: kept
+    with torch.no_grad():
+        model.weight.fill_(5.0)
+    # epoch 0.6: a lower loss under the floor, and epoch 0.8: no improvement. Either would stop a run
+    # without min_epochs; neither is kept
+    assert not evaluate(rule, 6, 1.0, entropy=0.01).should_training_stop
+    assert not evaluate(rule, 8, 3.0, entropy=0.3).should_training_stop
+    assert rule.record.best_step == 4 and rule.record.stopped_at is None
+    with torch.no_grad():
+        model.weight.fill_(9.0)
+    assert not evaluate(rule, 10, 1.5, entropy=0.2).should_training_stop  # epoch 1.0: the new best
+    assert evaluate(rule, 12, 1.6, entropy=0.2).should_training_stop  # patience, now that it may stop
+    rule.restore_best()
+    assert torch.all(model.weight == 9.0)
+    assert rule.record.summary()["chosen_step"] == 10 and rule.record.stopped_at == 12
+
+
+def test_min_epochs_may_not_exceed_epochs(tmp_path):
+    with pytest.raises(ConfigError, match=r"sft\.min_epochs"):
+        config(tmp_path, "--sft.epochs=1", "--sft.min_epochs=1.5")
+    assert config(tmp_path, "--sft.epochs=2", "--sft.min_epochs=1").sft.min_epochs == 1.0
 
 
 def test_split_heldout_holds_out_whole_tasks_deterministically():

@@ -398,11 +398,13 @@ class SFTConfig:
     # When to stop (`fathom.train.sft_stopping`): this fraction of the trained transcripts (whole tasks) is held
     # out and scored every `eval_every` optimizer steps (0 = once an epoch); the weights of the best held-out
     # loss are kept, and training stops after `patience` evaluations without improvement or when the
-    # held-out policy entropy falls under `entropy_floor` nats a token. holdout = 0: train every epoch.
+    # held-out policy entropy falls under `entropy_floor` nats a token, but not before `min_epochs` epochs
+    # (evaluations under the floor are still never kept). holdout = 0: train every epoch.
     holdout: float = 0.0
     eval_every: int = 0
     patience: int = 2
     entropy_floor: float = 0.0
+    min_epochs: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
@@ -416,7 +418,11 @@ class SFTConfig:
             raise ConfigError(f"sft.holdout must be in [0, 1), got {self.holdout}")
         if self.patience < 1:
             raise ConfigError(f"sft.patience must be >= 1, got {self.patience}")
-        _positive("sft", self, "eval_every", "entropy_floor", allow_zero=True)
+        _positive("sft", self, "eval_every", "entropy_floor", "min_epochs", allow_zero=True)
+        if self.min_epochs > self.epochs:
+            raise ConfigError(
+                f"sft.min_epochs ({self.min_epochs}) must not exceed sft.epochs ({self.epochs})"
+            )
         if self.source == "openai" and not (self.teacher_url and self.teacher_model):
             raise ConfigError("sft.source = 'openai' needs sft.teacher_url and sft.teacher_model")
         if self.source == "file" and not self.transcripts:

@@ -263,7 +263,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         gradient_checkpointing=config.model.gradient_checkpointing,
         seed=config.run.seed,
     )
-    stopping = HeldoutStopping(model, s.patience, s.entropy_floor) if evaluating else None
+    stopping = HeldoutStopping(model, s.patience, s.entropy_floor, s.min_epochs) if evaluating else None
     guard = SkipNonFiniteSteps()  # one NaN step would make every later one train a NaN model
     trainer = SFTTrainer(
         model=model,

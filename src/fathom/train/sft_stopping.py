@@ -8,7 +8,9 @@ on (``sft.holdout``), every ``sft.eval_every`` optimizer steps:
 - the best held-out assistant loss so far is kept (its trainable weights, copied to host memory);
 - training stops when the held-out loss has not improved for ``sft.patience`` evaluations, or when the
   policy's mean entropy on the held-out assistant tokens (TRL's ``eval_entropy``) falls below
-  ``sft.entropy_floor`` nats a token;
+  ``sft.entropy_floor`` nats a token, but never before ``sft.min_epochs`` epochs: the entropy of ~100
+  held-out transcripts can move by a third between two evaluations, so one low reading can stop a run
+  before it has seen most of its transcripts once;
 - at the end the kept weights are put back, so the exported model is the chosen one, and every evaluation
   with the reason for the choice goes into the run's summary.
 
@@ -58,8 +60,9 @@ class HeldoutStopping(TrainerCallback):
     An evaluation under the entropy floor is never the one kept: it is past the point where sampling
     still explores, whatever its loss."""
 
-    def __init__(self, model: Any, patience: int, entropy_floor: float) -> None:
+    def __init__(self, model: Any, patience: int, entropy_floor: float, min_epochs: float = 0.0) -> None:
         self.model, self.patience, self.entropy_floor = model, patience, entropy_floor
+        self.min_epochs = min_epochs
         self.record = StoppingRecord()
         self._best_loss = float("inf")
         self._best_state: dict[str, Any] | None = None
@@ -90,6 +93,8 @@ class HeldoutStopping(TrainerCallback):
             self.record.best_step = e.step
         else:
             self._since_best += 1
+        if e.epoch < self.min_epochs:  # judged and perhaps kept, but not yet a reason to stop
+            return control
         if under_floor:
             self.record.reason = f"held-out entropy {e.entropy:.4f} under the floor {self.entropy_floor}"
         elif self._since_best >= self.patience:
