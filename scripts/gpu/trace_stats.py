@@ -1,0 +1,87 @@
+"""What went wrong inside sampled evaluation episodes: per trace-sample file of a GPU proof's archive
+(`keep/eval_NAME[-unseen]_traces_sample.jsonl`), how many turns raised an error and which, how many were cut
+at the token limit, repeated the previous cell word for word, or recovered after an error, and which
+undefined names the `NameError`s were about.
+
+    python scripts/gpu/trace_stats.py keep/eval_rlm-sft-unseen_traces_sample.jsonl [more files] [--json OUT]
+
+It reads only the traces (each row `{"id", "trace": {"end_reason", "turns": [{"text", "finished",
+"observation"}, ...]}}`, as `fathom eval` writes them); it does not judge answers (eval.jsonl does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# A cell's own traceback names the cell's file (`File "<cell-3>", line 2`) and ends in the exception's class.
+# Documents hold tracebacks too (log families), so an exception line counts only after a cell's file.
+CELL_FRAME = 'File "<cell-'
+ERROR = re.compile(r"^(\w+(?:Error|Exception)|KeyboardInterrupt)\b", re.MULTILINE)
+UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+# an llm()/llm_batch() prompt opened with a single quote: breaks on the first apostrophe in the question
+SINGLE_QUOTED_PROMPT = re.compile(r"llm(?:_batch)?\(\s*\[?\(?\s*'(?!'')")
+
+
+def episode_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    turns = errors = cut = repeated = after_error = recovered = single_quoted = 0
+    kinds: Counter[str] = Counter()
+    names: Counter[str] = Counter()
+    ends: Counter[str] = Counter()
+    for row in rows:
+        trace = row["trace"]
+        ends[str(trace["end_reason"])] += 1
+        previous: str | None = None
+        previous_failed = False
+        for turn in trace["turns"]:
+            turns += 1
+            observation = turn.get("observation") or ""
+            frame = observation.rfind(CELL_FRAME)
+            raised = ERROR.search(observation, frame) if frame >= 0 else None
+            failed = raised is not None
+            errors += failed
+            if raised:
+                kinds[raised.group(1)] += 1
+                names.update(UNDEFINED.findall(observation, frame))
+            cut += not turn["finished"]
+            repeated += previous is not None and turn["text"].strip() == previous.strip()
+            if previous_failed:
+                after_error += 1
+                recovered += not failed
+            single_quoted += bool(SINGLE_QUOTED_PROMPT.search(turn["text"]))
+            previous, previous_failed = turn["text"], failed
+    return {
+        "episodes": len(rows),
+        "end_reasons": dict(ends.most_common()),
+        "turns": turns,
+        "turns_with_error": errors,
+        "errors_by_kind": dict(kinds.most_common()),
+        "undefined_names": dict(names.most_common(10)),
+        "turns_cut_at_token_limit": cut,
+        "turns_repeating_previous_cell": repeated,
+        "turns_after_an_error": after_error,
+        "of_them_error_free": recovered,
+        "turns_with_single_quoted_llm_prompt": single_quoted,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    report = {}
+    for path in args.files:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        report[path.name] = stats = episode_stats(rows)
+        print(f"{path.name}: {json.dumps(stats)}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

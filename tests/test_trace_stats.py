@@ -1,0 +1,63 @@
+"""scripts/gpu/trace_stats.py: the error, cut, repeat and recovery counts of sampled evaluation episodes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("trace_stats", ROOT / "scripts/gpu/trace_stats.py")
+trace_stats = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trace_stats)
+
+NAME_ERROR = (
+    'Traceback (most recent call last):\n  File "<cell-3>", line 1, in <module>\n'
+    "NameError: name 'kept' is not defined\n"
+)
+# a log document's own traceback, printed by a cell that ran fine
+LOG_HEAD = (
+    '[output]\nTraceback (most recent call last):\n  File "/srv/app.py", line 3\nConnectionError: closed\n'
+)
+SYNTAX = "  File \"<cell-2>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed\n"
+
+
+def turn(text: str, observation: str, finished: bool = True) -> dict:
+    return {"text": text, "observation": observation, "finished": finished}
+
+
+def episode(end: str, *turns: dict) -> dict:
+    return {"id": end, "trace": {"end_reason": end, "turns": list(turns)}}
+
+
+def test_counts_errors_cuts_repeats_and_recoveries(tmp_path):
+    rows = [
+        episode(
+            "max_iterations",
+            turn("print(ctx[:900])", LOG_HEAD),
+            turn("read(kept)", NAME_ERROR),
+            turn("read(kept)", NAME_ERROR),  # the same cell again, failing again
+            turn("x = (", SYNTAX, finished=False),  # cut at the token limit
+            turn("kept = [1]", "(no output)"),  # recovered
+        ),
+        episode(
+            "answered",
+            turn("r = llm('the question', ctx[:100])", "[output]\n'x'\n"),
+            turn('FINAL(llm("""q""", ctx))', ""),
+        ),
+    ]
+    stats = trace_stats.episode_stats(rows)
+    assert stats["episodes"] == 2 and stats["turns"] == 7
+    assert stats["end_reasons"] == {"max_iterations": 1, "answered": 1}
+    assert stats["turns_with_error"] == 3
+    assert stats["errors_by_kind"] == {"NameError": 2, "SyntaxError": 1}
+    assert stats["undefined_names"] == {"kept": 2}
+    assert stats["turns_cut_at_token_limit"] == 1
+    assert stats["turns_repeating_previous_cell"] == 1
+    assert stats["turns_after_an_error"] == 3 and stats["of_them_error_free"] == 1
+    assert stats["turns_with_single_quoted_llm_prompt"] == 1  # the triple-quoted one is not counted
+
+    path = tmp_path / "eval_rlm-sft-unseen_traces_sample.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace_stats.main([str(path), "--json", str(tmp_path / "out.json")])
+    assert json.loads((tmp_path / "out.json").read_text())[path.name] == stats
