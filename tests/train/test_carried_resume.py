@@ -53,7 +53,7 @@ def test_a_checkpoint_without_its_optimizer_continues_in_a_fresh_run_dir(tmp_pat
     rows = [r for r in read_jsonl(carried / "metrics.jsonl") if "loss" in r]  # the step records
     assert [r["step"] for r in rows] == [1, 2, 3]
     lr = {r["step"]: r["learning_rate"] for r in rows}
-    # the schedule's warm-up again (a restored scheduler would give lr[2] == lr[3]): it was not restored
+    # the schedule's warm-up again (a restored scheduler would have gone on: lr[2] > lr[1]): not restored
     assert lr[2] == lr[1] < lr[3]
     before = checkpoint.read_state(first / "checkpoint-1")["recipe"]
     after = checkpoint.read_state(carried / "checkpoint-3")["recipe"]
