@@ -61,3 +61,17 @@ def test_counts_errors_cuts_repeats_and_recoveries(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     trace_stats.main([str(path), "--json", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text())[path.name] == stats
+
+
+def test_proof_tables_reads_the_samples_a_proof_archive_holds(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))  # proof_tables imports trace_stats from there
+    spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
+    proof_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proof_tables)
+    rows = [episode("answered", turn("read(kept)", NAME_ERROR), turn("FINAL(1)", ""))]
+    (tmp_path / "eval_rlm-sft-unseen_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (tmp_path / "eval_no-such-policy_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    figures = proof_tables.episode_figures(tmp_path)
+    assert list(figures) == [("rlm-sft", "heldout_unseen")]  # only the policies the tables know
+    assert figures[("rlm-sft", "heldout_unseen")] == trace_stats.episode_stats(rows)
+    assert figures[("rlm-sft", "heldout_unseen")]["of_them_error_free"] == 1

@@ -6,8 +6,10 @@ DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_
 ``eval_<name>_eval.jsonl`` for the training families' split (``heldout``) and ``eval_<name>-unseen_*`` for the
 unseen families' (``heldout_unseen``). Prints markdown: accuracy with 95% Wilson intervals per family and per
 length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the
-same tasks. With --json, writes per policy and split n, correct, accuracy, ci_low and ci_high (and the groups),
-the McNemar results, the issue's floors checked, and the commands (one per line of --commands).
+same tasks; where the folder holds sampled episodes (``eval_<name>[-unseen]_traces_sample.jsonl``), what went
+wrong inside them (`trace_stats.py`). With --json, writes per policy and split n, correct, accuracy, ci_low and
+ci_high (and the groups), the McNemar results, the issue's floors checked, those episode figures, and the
+commands (one per line of --commands).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from trace_stats import episode_stats  # this folder's module: run as `python scripts/gpu/proof_tables.py`
 
 from fathom.eval.runner import read_rows
 from fathom.eval.stats import paired
@@ -138,6 +142,18 @@ def floors(found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, An
     }
 
 
+def episode_figures(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """`trace_stats` of each policy's sampled episodes that the folder holds, by (policy, split)."""
+    figures = {}
+    for name, _ in POLICIES:
+        for split, suffix in SPLITS:
+            sample = folder / f"eval_{name}{suffix}_traces_sample.jsonl"
+            if sample.exists():
+                rows = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+                figures[(name, split)] = episode_stats(rows)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
@@ -155,6 +171,21 @@ def main() -> None:
             f"| {t['a']} | {t['b']} | {t['split']} | {t['n']} | {t['only_a']} | {t['only_b']} | "
             f"{t['points']:+.1f} | {t['p_value']:.3g} |"
         )
+    inside = episode_figures(args.folder)
+    if inside:
+        print("\nInside the sampled episodes (scripts/gpu/trace_stats.py):\n")
+        print(
+            "| policy | split | episodes | turns | with an error | NameError | SyntaxError | cut | "
+            "repeats | error-free after an error |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (name, split), f in inside.items():
+            kinds = f["errors_by_kind"]
+            print(
+                f"| {name} | {split} | {f['episodes']} | {f['turns']} | {f['turns_with_error']} | "
+                f"{kinds.get('NameError', 0)} | {kinds.get('SyntaxError', 0)} | {f['turns_cut_at_token_limit']} | "
+                f"{f['turns_repeating_previous_cell']} | {f['of_them_error_free']} of {f['turns_after_an_error']} |"
+            )
     if args.json:
         labels = dict(POLICIES)
         policies = {
@@ -178,6 +209,7 @@ def main() -> None:
             "policies": policies,
             "mcnemar": tests,
             "floors": floors(found, tests),
+            "trace_stats": {f"{name}/{split}": f for (name, split), f in inside.items()},
             "commands": commands,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
