@@ -15,46 +15,53 @@ NAME_ERROR = (
     'Traceback (most recent call last):\n  File "<cell-3>", line 1, in <module>\n'
     "NameError: name 'kept' is not defined\n"
 )
-# a log document's own traceback, printed by a cell that ran fine
-LOG_HEAD = (
-    '[output]\nTraceback (most recent call last):\n  File "/srv/app.py", line 3\nConnectionError: closed\n'
-)
 SYNTAX = "  File \"<cell-2>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed\n"
+# a log document's own traceback, printed by a cell that ran fine: not an error of the cell
+LOG_HEAD = 'Traceback (most recent call last):\n  File "/srv/app.py", line 3\nConnectionError: closed\n'
 
 
-def turn(text: str, observation: str, finished: bool = True) -> dict:
-    return {"text": text, "observation": observation, "finished": finished}
+def turn(code: str, error: str | None = None, stdout: str = "", finished: bool = True, **cell) -> dict:
+    """A turn in the trace-file form (`Episode.to_json`): one cell, its output as the observation."""
+    record = {"code": code, "stdout": stdout, "error": error, **cell}
+    observation = f"[output]\n{stdout}{error or ''}"
+    return {
+        "text": f"```repl\n{code}\n```",
+        "finished": finished,
+        "observation": observation,
+        "cells": [record],
+    }
 
 
 def episode(end: str, *turns: dict) -> dict:
-    return {"id": end, "trace": {"end_reason": end, "turns": list(turns)}}
+    return {"id": end, "trace": {"task_id": end, "end_reason": end, "turns": list(turns)}}
 
 
 def test_counts_errors_cuts_repeats_and_recoveries(tmp_path):
     rows = [
         episode(
             "max_iterations",
-            turn("print(ctx[:900])", LOG_HEAD),
+            turn("print(ctx[:900])", stdout=LOG_HEAD),
             turn("read(kept)", NAME_ERROR),
             turn("read(kept)", NAME_ERROR),  # the same cell again, failing again
             turn("x = (", SYNTAX, finished=False),  # cut at the token limit
-            turn("kept = [1]", "(no output)"),  # recovered
+            turn("kept = [1]"),  # recovered
         ),
         episode(
             "answered",
-            turn("r = llm('the question', ctx[:100])", "[output]\n'x'\n"),
-            turn('FINAL(llm("""q""", ctx))', ""),
+            turn("r = llm('the question', ctx[:100])", stdout="'x'\n"),
+            turn("while True: pass", "cell timed out after 30 s", timed_out=True),
+            turn('FINAL(llm("""q""", ctx))'),
         ),
     ]
     stats = trace_stats.episode_stats(rows)
-    assert stats["episodes"] == 2 and stats["turns"] == 7
+    assert stats["episodes"] == 2 and stats["turns"] == 8
     assert stats["end_reasons"] == {"max_iterations": 1, "answered": 1}
-    assert stats["turns_with_error"] == 3
-    assert stats["errors_by_kind"] == {"NameError": 2, "SyntaxError": 1}
+    assert stats["turns_with_error"] == 4
+    assert stats["errors_by_kind"] == {"NameError": 2, "SyntaxError": 1, "timeout": 1}
     assert stats["undefined_names"] == {"kept": 2}
     assert stats["turns_cut_at_token_limit"] == 1
     assert stats["turns_repeating_previous_cell"] == 1
-    assert stats["turns_after_an_error"] == 3 and stats["of_them_error_free"] == 1
+    assert stats["turns_after_an_error"] == 4 and stats["of_them_error_free"] == 2
     assert stats["turns_with_single_quoted_llm_prompt"] == 1  # the triple-quoted one is not counted
 
     path = tmp_path / "eval_rlm-sft-unseen_traces_sample.jsonl"
@@ -68,7 +75,7 @@ def test_proof_tables_reads_the_samples_a_proof_archive_holds(tmp_path, monkeypa
     spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
     proof_tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(proof_tables)
-    rows = [episode("answered", turn("read(kept)", NAME_ERROR), turn("FINAL(1)", ""))]
+    rows = [episode("answered", turn("read(kept)", NAME_ERROR), turn("FINAL(1)"))]
     (tmp_path / "eval_rlm-sft-unseen_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
     (tmp_path / "eval_no-such-policy_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
     figures = proof_tables.episode_figures(tmp_path)

@@ -5,8 +5,9 @@ undefined names the `NameError`s were about.
 
     python scripts/gpu/trace_stats.py keep/eval_rlm-sft-unseen_traces_sample.jsonl [more files] [--json OUT]
 
-It reads only the traces (each row `{"id", "trace": {"end_reason", "turns": [{"text", "finished",
-"observation"}, ...]}}`, as `fathom eval` writes them); it does not judge answers (eval.jsonl does).
+It reads only the traces (each row `{"id", "trace": ...}`, the trace read back as `fathom.rollout.Episode`;
+a turn's errors are its cells' `error`s, a timed-out cell counts as "timeout"); it does not judge answers
+(eval.jsonl does).
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-# A cell's own traceback names the cell's file (`File "<cell-3>", line 2`) and ends in the exception's class.
-# Documents hold tracebacks too (log families), so an exception line counts only after a cell's file.
-CELL_FRAME = 'File "<cell-'
-ERROR = re.compile(r"^(\w+(?:Error|Exception)|KeyboardInterrupt)\b", re.MULTILINE)
+from fathom.rollout.episode import Episode
+
 UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
 # an llm()/llm_batch() prompt opened with a single quote: breaks on the first apostrophe in the question
 SINGLE_QUOTED_PROMPT = re.compile(r"llm(?:_batch)?\(\s*\[?\(?\s*'(?!'')")
+
+
+def error_kind(error: str) -> str:
+    """`NameError` from a cell's traceback (its last line names the exception)."""
+    return error.strip().splitlines()[-1].split(":")[0].strip()
 
 
 def episode_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -33,27 +37,28 @@ def episode_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     names: Counter[str] = Counter()
     ends: Counter[str] = Counter()
     for row in rows:
-        trace = row["trace"]
-        ends[str(trace["end_reason"])] += 1
+        episode = Episode.from_json(row["trace"])
+        ends[str(episode.end_reason)] += 1
         previous: str | None = None
         previous_failed = False
-        for turn in trace["turns"]:
+        for turn in episode.turns:
             turns += 1
-            observation = turn.get("observation") or ""
-            frame = observation.rfind(CELL_FRAME)
-            raised = ERROR.search(observation, frame) if frame >= 0 else None
-            failed = raised is not None
+            raised = [
+                ("timeout" if c.timed_out else error_kind(c.error))
+                for c in turn.cells
+                if c.error or c.timed_out
+            ]
+            failed = bool(raised)
             errors += failed
-            if raised:
-                kinds[raised.group(1)] += 1
-                names.update(UNDEFINED.findall(observation, frame))
-            cut += not turn["finished"]
-            repeated += previous is not None and turn["text"].strip() == previous.strip()
+            kinds.update(raised)
+            names.update(n for c in turn.cells if c.error for n in UNDEFINED.findall(c.error))
+            cut += not turn.finished
+            repeated += previous is not None and turn.text.strip() == previous.strip()
             if previous_failed:
                 after_error += 1
                 recovered += not failed
-            single_quoted += bool(SINGLE_QUOTED_PROMPT.search(turn["text"]))
-            previous, previous_failed = turn["text"], failed
+            single_quoted += bool(SINGLE_QUOTED_PROMPT.search(turn.text))
+            previous, previous_failed = turn.text, failed
     return {
         "episodes": len(rows),
         "end_reasons": dict(ends.most_common()),
