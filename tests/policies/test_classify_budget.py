@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from teacher_play import play_teacher
 
 from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies import moves
 from fathom.policies.readers import teacher_reader
+from fathom.policies.teacher import play_teacher
 from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 from fathom.tasks.records import LABELS

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from teacher_play import play_teacher, qwen_chat
+from teacher_play import qwen_chat
 
 from fathom.policies.excerpts import _searched
+from fathom.policies.teacher import play_teacher
 from fathom.tasks import generate_task
 from fathom.train.configfile import load_config
 

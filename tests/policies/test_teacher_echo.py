@@ -7,13 +7,14 @@ import random
 import re
 
 import pytest
-from teacher_play import play_teacher, qwen_chat
+from teacher_play import qwen_chat
 
 from fathom.env.sublm import ScriptedSubLM
 from fathom.policies.grounding import check_trace
 from fathom.policies.looking import read_question
 from fathom.policies.moves import READ_MARK, answer_reply, asked_about
 from fathom.policies.readers import teacher_reader
+from fathom.policies.teacher import play_teacher
 from fathom.tasks import FAMILIES, generate_task
 
 RID = re.compile(r"\b[0-9a-f]{8}\b")

@@ -7,14 +7,20 @@ from __future__ import annotations
 import random
 
 import pytest
-from teacher_play import play_teacher
 
 from fathom.models import ModelSpec, load_tokenizer
 from fathom.policies.grounding import check_trace
 from fathom.policies.looking import read_question
 from fathom.policies.scripted import ScriptedBackend
 from fathom.policies.slips import ERROR_LINE, slipped
-from fathom.policies.teacher import _give_up, play, slip_turns, split_conversation, teacher_backend
+from fathom.policies.teacher import (
+    _give_up,
+    play,
+    play_teacher,
+    slip_turns,
+    split_conversation,
+    teacher_backend,
+)
 from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 
