@@ -91,7 +91,7 @@ def test_filter_lists_the_blocks_whose_own_setting_passes_the_questions_test():
 
 def test_a_scoped_cut_keeps_a_named_headings_section_and_the_next_heading():
     ctx = "# tool\n\n## cmd a\n\ntext\n\n**Options**\n| x | y |\n\n## cmd b\n\nmore\n"
-    cell = cut_cell(random.Random(0), Cut(("cmd a",), paragraph=30, follow=True, scope=("## ",)), set())
+    cell = cut_cell(random.Random(0), Cut(("cmd a",), paragraph=30, follow=True, scope=("## ",)))
     env = {"ctx": ctx}
     exec(cell.split("```repl\n")[1].split("```")[0], env)
     kept = [env["lines"][i] for i in env["kept"]]

@@ -15,9 +15,10 @@ from fathom.train.configfile import load_config
 
 GPU_RECIPE = Path(__file__).parents[2] / "configs" / "smollm2-135m-gpu.toml"  # the proof's recipe
 # Tasks whose cut cells (the hits, their paragraphs and the identifiers they name; a name's defining line)
-# took 386-410 Qwen2.5 tokens a turn before the cells were shortened
+# took 386-410 Qwen2.5 tokens a turn before the cells were shortened (bundle_locate seed 1 was one; since
+# every cell defines its own helpers it needs an eleventh turn, so seed 0, whose longest turn is as long)
 TASKS = [
-    ("bundle_locate", 1, 8192),
+    ("bundle_locate", 0, 8192),
     ("manual_default", 4, 8192),
     ("chat_prev", 0, 8192),
     ("email_manager", 2, 8192),

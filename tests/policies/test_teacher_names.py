@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fathom.eval.policies import TeacherPolicy
-from fathom.policies.excerpts import Cut, cut_cell, defined_cells, read_cell
+from fathom.policies.excerpts import CHUNK_CHARS, Cut, cut_cell, defined_cells, read_cell
 from fathom.policies.looking import read_question
 from fathom.policies.moves import follow
 from fathom.tasks import generate_task
@@ -50,15 +50,15 @@ def _mailbox() -> str:
 
 
 def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use():
-    ctx, defined = _mailbox(), set()
+    ctx = _mailbox()
     q = read_question('Who manages whoever started "Budget review"?')
-    cut = _code(cut_cell(random.Random(0), Cut(("Budget review",), paragraph=30, follow=True), defined))
+    cut = _code(cut_cell(random.Random(0), Cut(("Budget review",), paragraph=30, follow=True)))
     env = {"ctx": ctx}
     exec(cut, env)
     assert not any("Ravi Acosta" in env["lines"][i] for i in env["kept"])  # too common to follow
-    env["read"] = lambda kept: None  # the reading half of the cell is not run here
-    (cell,) = defined_cells(random.Random(0), q, 0)
-    exec(_code(cell).partition("\nreplies = read(kept)")[0], env)
+    keep, read = defined_cells(random.Random(0), q, 0)  # the keeping and the reading do not fit one turn
+    del env["paragraph"]  # the cell defines the helper it calls itself
+    exec(_code(keep), env)
     kept = [env["lines"][i] for i in env["kept"]]
     assert kept == [
         "| Name | E-mail | Manager |",  # the row's paragraph: a short table comes whole, header included
@@ -70,17 +70,25 @@ def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use(
         "Subject: Budget review",
         "To: ravi@x.example",
     ]
+    assert "llm_batch(" in read and "llm_batch(" not in keep
 
 
-def test_the_question_is_written_once_and_long_keys_move_the_reading_to_its_own_turn():
-    q = read_question("Which " + "very " * 200 + "long question names budget_review?")
-    first, later = read_cell(random.Random(0), q, set()), read_cell(random.Random(0), q, {"chunked"})
-    assert "very very" in first and "def read(kept)" in first and "replies = read(kept)" in first
-    assert "very" not in later and "def read" not in later and "replies = read(kept)" in later
-    (cell,) = defined_cells(random.Random(0), q, 0)  # reads with the helper: a long question costs nothing
-    assert "very" not in cell and "replies = read(kept)" in cell
-    cells = defined_cells(random.Random(0), q, 0, ("budget " * 150 + "review",))
-    assert len(cells) == 2 and "read(kept)" not in cells[0] and "replies = read(kept)" in cells[1]
+def test_a_read_cell_chunks_the_kept_lines_on_line_boundaries_keeping_gaps():
+    q = read_question("Which port does the proxy use?")
+    lines = [f"line {i} " + "x" * 990 for i in range(40)]
+    kept = [0, 1, 2, *range(5, 30)]
+    asked: list[tuple[str, str]] = []
+    env = {
+        "lines": lines,
+        "kept": kept,
+        "llm_batch": lambda items: asked.extend(items) or ["8080"] * len(items),
+    }
+    exec(_code(read_cell(random.Random(0), q)), env)
+    chunks = [chunk for _, chunk in asked]
+    assert len(chunks) == 2 and all(len(c) <= CHUNK_CHARS for c in chunks)
+    assert "".join(chunks).split("\n") == [*lines[0:3], "", *lines[5:30], ""]  # every kept line once, a gap
+    assert all(prompt.endswith("Question: " + q.text) for prompt, _ in asked)
+    assert env["replies"] == ["8080", "8080"]
 
 
 @pytest.fixture(scope="module")

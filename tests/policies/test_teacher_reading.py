@@ -40,7 +40,7 @@ def test_parse_hits_reads_terms_printed_with_either_quote():
 
 def test_cut_cell_runs_and_keeps_the_hit_paragraph_and_followed_identifiers():
     ctx = "[a.x-1]\nk = 1\ninherits = b.y-2\n\n[c.z-3]\nk = 3\n\n[b.y-2]\nk = 2\nj = 5\n"
-    code = cut_cell(random.Random(0), Cut(("a.x-1",), paragraph=30, follow=True), set()).split("```repl\n")[1]
+    code = cut_cell(random.Random(0), Cut(("a.x-1",), paragraph=30, follow=True)).split("```repl\n")[1]
     env = {"ctx": ctx}
     exec(code.split("```")[0], env)  # the cell is plain Python over ctx
     kept = [env["lines"][i] for i in env["kept"]]

@@ -5,8 +5,10 @@ and combine the replies in code.
 their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
 names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
-on line boundaries and asks `llm_batch` the question once per chunk (the first one defines `read(kept)`,
-which later reads call). Each cell fits the 384 new tokens a turn the student generates under in the GPU
+on line boundaries and asks `llm_batch` the question once per chunk. Every cell defines the helpers it
+calls (`paragraph`, the chunking) itself, rather than reusing an earlier cell's: a student that skips or
+splices cells then still runs what it wrote (GPU proof run 8: 71 of 240 unseen turns raised a `NameError`
+on a name another cell defined). Each cell fits the 384 new tokens a turn the student generates under in the GPU
 proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn). When a follow cut
 finds nothing, `defined_cells` keeps the hits again with, for each name they use, only the line where it
 is defined (the one line unlike its other mentions: a sender's directory row among the headers of its
@@ -69,7 +71,7 @@ def _searched(keys: tuple[str, ...]) -> list[str]:
     return [k for k, part in zip(keys, inside, strict=True) if " " not in k or not part]
 
 
-def _keep_code(cut: Cut, defined: set[str]) -> str:
+def _keep_code(cut: Cut) -> str:
     if not cut.keys:
         return "keep = set(range(len(lines)))"
     code = f"""low = [k.lower() for k in {_searched(cut.keys)!r}]
@@ -87,18 +89,8 @@ for a, b in zip(starts, starts[1:]):
         return code
     if cut.scope:
         return code + _scope_code(cut)
-    if (cut.paragraph or cut.follow) and "paragraph" not in defined:
-        defined.add("paragraph")
-        # a line's paragraph; in a block longer than `cut.paragraph` lines, the block's first line (a table's
-        # header) and the line
-        code += f"""
-def paragraph(i):
-    a = b = i
-    while a > 0 and lines[a - 1].strip():
-        a -= 1
-    while b + 1 < len(lines) and lines[b + 1].strip():
-        b += 1
-    return range(a, b + 1) if b - a < {max(cut.paragraph, 1)} else (a, i)"""
+    if cut.paragraph or cut.follow:
+        code += "\n" + _paragraph_def(max(cut.paragraph, 1))
     c = cut.context  # each hit with its `c` neighbours and its paragraph
     around = [f"range(max(0, i - {c}), min(len(lines), i + {c + 1}))"] if c else []
     around += ["paragraph(i)"] if cut.paragraph else []
@@ -112,6 +104,18 @@ def paragraph(i):
     if cut.follow:
         code += _follow_code("paragraph")
     return code
+
+
+def _paragraph_def(most: int) -> str:
+    """`paragraph(i)`: line i's paragraph; in a block longer than `most` lines, the block's first line (a
+    table's header) and the line."""
+    return f"""def paragraph(i):
+    a = b = i
+    while a > 0 and lines[a - 1].strip():
+        a -= 1
+    while b + 1 < len(lines) and lines[b + 1].strip():
+        b += 1
+    return range(a, b + 1) if b - a < {most} else (a, i)"""
 
 
 def _with_heads(cut: Cut) -> str:
@@ -150,13 +154,12 @@ def _follow_code(expand: str) -> str:
     return FOLLOW_CODE.replace("EXPAND", expand)
 
 
-def cut_cell(rng: random.Random, cut: Cut, defined: set[str]) -> str:
-    """Keep the lines `cut` says and print how many, with a few of them (`defined`: helpers the REPL
-    already has from earlier cells; updated)."""
+def cut_cell(rng: random.Random, cut: Cut) -> str:
+    """Keep the lines `cut` says and print how many, with a few of them."""
     code = f"""
 import re
 lines = ctx.splitlines()
-{_keep_code(cut, defined)}
+{_keep_code(cut)}
 kept = sorted(keep)
 print(len(kept), "lines kept,", sum(len(lines[i]) + 1 for i in kept), "chars")
 for i in kept[:4]:
@@ -191,19 +194,20 @@ for i in kept[:4]:
 
 
 def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> list[str]:
-    """After a follow cut (it defines `hit`, `low` and `paragraph`) found nothing: keep the hits again (with
+    """After a follow cut (it leaves `lines`, `hit` and `low`) found nothing: keep the hits again (with
     `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
-    often than another is vocabulary) and, instead of every line each name in them reaches, only
-    where the name is defined: the line that mentions it unlike its other lines (an address's directory row
-    among the From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then
-    read those lines with `read` (defined by the `read_cell` before), in the same cell (one turn) unless that
-    cell would be longer than `TURN_CHARS` (long keys): then in a second one."""
-    code = ""
+    often than another is vocabulary) and, instead of every line each name in them reaches, only where the
+    name is defined: the line that mentions it unlike its other lines (an address's directory row among the
+    From: and To: lines of its messages), when at most `ODD_MAX` lines are odd that way; then read those
+    lines (`read_cell`), in the same cell (one turn) unless that cell would be longer than `TURN_CHARS`:
+    then in a second one. The cell defines `paragraph` again rather than call the cut cell's."""
+    code = "\nimport re"
     if rare:
-        code = f"""
+        code += f"""
 hit = [i for i, line in enumerate(lines) if any(k.lower() in line.lower() for k in {_searched(rare)!r})]"""
     near = f"*range(max(0, i - {context}), min(len(lines), i + {context + 1})), " if context else ""
     code += f"""
+{_paragraph_def(30)}
 keep = {{j for i in hit for j in [{near}*paragraph(i)]}}
 names = {{t for i in keep for t in re.findall(r"\\w[\\w.@-]*[\\d.@_-][\\w.@-]*\\w", lines[i])}}
 names = {{t for t in names if len(t) >= 5 and t.lower() not in low and ctx.count(t) <= {OFTEN_MAX}}}
@@ -220,14 +224,14 @@ print(len(names), "names;", len(kept), "lines kept")
         "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
         "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
     )
-    read = "\nreplies = read(kept)\n"
+    read = _read_code(rng, q)
     if len(code + read) <= TURN_CHARS:
         return [turn(rng, thoughts, code + read)]
-    return [turn(rng, thoughts, code), read_cell(rng, q, {"chunked"})]
+    return [turn(rng, thoughts, code), read_cell(rng, q)]
 
 
-def _read_def(rng: random.Random, q: Question) -> str:
-    """`read(kept)`: the kept lines in chunks, the question asked of each by `llm_batch`; prints the replies."""
+def _read_code(rng: random.Random, q: Question) -> str:
+    """The kept lines in chunks, the question asked of each by `llm_batch`; prints the replies."""
     ask = rng.choice(
         (
             "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
@@ -236,37 +240,22 @@ def _read_def(rng: random.Random, q: Question) -> str:
         )
     )
     return f"""
-def read(kept):
-    chunks = chunked(kept)
-    replies = llm_batch([({prose(ask + chr(10) + READ_MARK + q.text)}, chunk) for chunk in chunks])
-    print(len(chunks), "chunks read")
-    print("replies:", [r.strip()[:200] for r in replies])
-    return replies
+chunks = [""]
+for n, i in enumerate(kept):
+    # a new chunk when full, or at a blank line once three-quarters full, so paragraphs stay whole
+    if chunks[-1] and (len(chunks[-1]) + len(lines[i]) > {CHUNK_CHARS} or len(chunks[-1]) > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
+        chunks.append("")
+    if n and i - 1 != kept[n - 1]:
+        chunks[-1] += "\\n"  # a gap in the document stays a blank line
+    chunks[-1] += lines[i] + "\\n"
+replies = llm_batch([({prose(ask + chr(10) + READ_MARK + q.text)}, chunk) for chunk in chunks])
+print(len(chunks), "chunks read")
+print("replies:", [r.strip()[:200] for r in replies])
 """
 
 
-def read_cell(rng: random.Random, q: Question, defined: set[str]) -> str:
-    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``.
-    The first one defines the helpers `chunked` and `read` (the question is written once, in `read`); later
-    ones, and `defined_cells`, call `read`."""
-    code = ""
-    if "chunked" not in defined:
-        defined.add("chunked")
-        code += f"""
-def chunked(kept):
-    chunks, piece, size = [], [], 0
-    for i in kept:
-        # Cut at a blank line once a chunk is three-quarters full, so paragraphs stay whole.
-        if piece and (size + len(lines[i]) > {CHUNK_CHARS} or size > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
-            chunks.append("\\n".join(piece))
-            piece, size = [], 0
-        if piece and i - 1 not in keep:
-            piece.append("")  # a gap in the document stays a blank line
-        piece.append(lines[i])
-        size += len(lines[i]) + 1
-    return chunks + ["\\n".join(piece)] if piece else chunks
-""" + _read_def(rng, q)
-    code += "\nreplies = read(kept)\n"
+def read_cell(rng: random.Random, q: Question) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
     return turn(
         rng,
         (
@@ -274,7 +263,7 @@ def chunked(kept):
             "Now llm() reads the kept lines, chunk by chunk, with the question.",
             "Delegate the reading: each chunk of the kept lines goes to llm() with the question.",
         ),
-        code,
+        _read_code(rng, q),
     )
 
 

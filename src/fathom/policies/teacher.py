@@ -180,15 +180,14 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
             cuts.append(Cut(tuple(keys), headings=prefixes, sections=True))
     if not keys or _aggregate_question(q):
         cuts.append(Cut(()))
-    defined: set[str] = set()
     last = None
     for cut in cuts:
-        obs = yield cut_cell(rng, cut, defined)
+        obs = yield cut_cell(rng, cut)
         kept = _number(r"(\d+) lines kept", obs)
         if not kept or kept == last:
             continue  # nothing, or the same lines as the last cut: no new reading to do
         last = kept
-        if (yield from _read_kept(q, rng, defined)):
+        if (yield from _read_kept(q, rng)):
             return True
         if cut.follow:
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
@@ -202,9 +201,9 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     return False
 
 
-def _read_kept(q: Question, rng: random.Random, defined: set[str]) -> Generator[str, str, bool]:
+def _read_kept(q: Question, rng: random.Random) -> Generator[str, str, bool]:
     """Have llm() read the kept lines in chunks and FINAL the combined replies; True once FINAL is sent."""
-    obs = yield read_cell(rng, q, defined)
+    obs = yield read_cell(rng, q)
     return (yield from _answer(q, rng, obs))
 
 
