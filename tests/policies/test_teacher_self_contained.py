@@ -39,7 +39,13 @@ def test_the_check_finds_a_helper_defined_elsewhere():
 
 @pytest.mark.parametrize(
     ("family", "seed"),
-    [("bundle_locate", 0), ("email_manager", 0), ("glossary_lookup", 1), ("email_repliers", 1), ("oolong", 0)],
+    [
+        ("bundle_locate", 0),
+        ("email_manager", 0),
+        ("glossary_lookup", 1),
+        ("email_repliers", 1),
+        ("oolong", 0),
+    ],
 )
 def test_every_teacher_cell_defines_the_helpers_it_calls(family, seed):
     chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))
