@@ -7,8 +7,7 @@ the identifiers those lines name, the document's heading lines, or whole section
 names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
 on line boundaries and asks `llm_batch` the question once per chunk. Every cell defines the helpers it
 calls (`paragraph`, the chunking) itself, rather than reusing an earlier cell's: a student that skips or
-splices cells then still runs what it wrote (GPU proof run 8: 71 of 240 unseen turns raised a `NameError`
-on a name another cell defined). Each cell fits the 384 new tokens a turn the student generates under in the GPU
+splices cells then still runs what it wrote (bench/RESULTS.md, "After run 8"). Each cell fits the 384 new tokens a turn the student generates under in the GPU
 proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn). When a follow cut
 finds nothing, `defined_cells` keeps the hits again with, for each name they use, only the line where it
 is defined (the one line unlike its other mentions: a sender's directory row among the headers of its
