@@ -3,8 +3,8 @@
     PYTHONPATH=src python bench/teacher_turns.py [--seeds 4] [--lengths 8192 32768] [--max-turns 10] [--unseen]
 
 Plays the scripted teacher (`fathom.policies.teacher`, its own reader) through the real rollout engine on
-every training family (with ``--unseen``: every unseen family) x seed x length, with the Qwen2.5 tokenizer the GPU proof's student has (`tiny-qwen`
-carries it), and prints one JSON line: tasks, correct, turns, longest and mean turn in tokens, and the
+every training family (with ``--unseen``: every unseen family) x seed x length, with the Qwen2.5 tokenizer
+the GPU proof's student has (`tiny-qwen` carries it), and prints one JSON line: tasks, correct, turns, longest and mean turn in tokens, and the
 transcripts with a turn over the student's 384-token turn. Run it on two checkouts to compare a teacher change.
 """
 

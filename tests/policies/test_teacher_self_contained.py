@@ -8,10 +8,10 @@ import ast
 import builtins
 
 import pytest
+from teacher_play import qwen_chat
 
-from fathom.models import ModelSpec, load_tokenizer
+from fathom.env.parsing import code_blocks
 from fathom.policies.teacher import play_teacher
-from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 
 PRIMITIVES = {"llm", "llm_batch", "FINAL", "FINAL_VAR"}  # what the REPL gives every cell
@@ -48,8 +48,7 @@ def test_the_check_finds_a_helper_defined_elsewhere():
     ],
 )
 def test_every_teacher_cell_defines_the_helpers_it_calls(family, seed):
-    chat = ChatFormat(load_tokenizer(ModelSpec("tiny-qwen")))
-    (episode,) = play_teacher(chat, [generate_task(family, seed, 32768)], max_turns=10)
-    cells = [t.text.split("```repl\n")[1].split("```")[0] for t in episode.turns]
+    (episode,) = play_teacher(qwen_chat(), [generate_task(family, seed, 32768)], max_turns=10)
+    cells = [code for t in episode.turns for code in code_blocks(t.text)]
     assert len(cells) >= 4
     assert [_called_but_not_defined(c) for c in cells] == [set()] * len(cells)
