@@ -76,3 +76,11 @@ def test_sft_min_epochs_is_passed_on_and_logged(tmp_path):
     assert "entropy_floor=0.03 min_epochs=1 " in (tmp_path / "progress.log").read_text()
     settings(tmp_path / "default")
     assert "min_epochs=0 " in (tmp_path / "default" / "progress.log").read_text()
+
+
+def test_the_reader_rows_per_transcript_are_logged_and_default_to_one(tmp_path):
+    done = settings(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "reader_ratio=1.0;" in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "half", PROOF_SFT_READER_RATIO="0.5")
+    assert "reader_ratio=0.5;" in (tmp_path / "half" / "progress.log").read_text()

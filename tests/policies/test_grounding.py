@@ -66,3 +66,21 @@ def test_regex_fragments_drop_syntax_and_unescape():
     assert regex_fragments(r"^VAR ([A-Z]{5}) = (?:(\d{5})|VAR ([A-Z]{5}))$") == ["VAR ", " = ", "VAR "]
     assert regex_fragments(r"(?i)\bbrave-falcons?\b") == ["brave-falcon"]
     assert regex_fragments(r"a\.b \|\| c") == ["a.b || c"]
+
+
+def test_what_the_policy_asked_its_reader_is_known_to_it_in_later_turns_only():
+    ask = _cell(
+        'replies = llm_batch([("""Answer from this text, or reply not found if it is not there.\n'
+        'Question: x?""", c) for c in ["a", "b"]])\nprint(replies)'
+    )
+    drop = _cell("answers = [r for r in replies if 'not found' not in r.lower()]\nprint(answers)")
+    q = "What is the magic number for brave-falcon?"
+    assert check_trace(_trace(q, [(ask, "[output]\n['7', 'x']"), (drop, "")])).ok
+    # never asked for: the phrase is the policy's guess at what its reader says
+    g = check_trace(_trace(q, [(LOOK, HEAD), (drop, "")]))
+    assert [(v.turn, v.literal) for v in g.violations] == [(1, "not found")]
+    # asked in the same cell that tests for it is not yet known there
+    same = _cell(
+        ask.split("```repl\n")[1].split("```")[0] + "\n" + drop.split("```repl\n")[1].split("```")[0]
+    )
+    assert [v.literal for v in check_trace(_trace(q, [(same, "")])).violations] == ["not found"]

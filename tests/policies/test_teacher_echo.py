@@ -90,6 +90,21 @@ def _run_answer_cell(cell: str, reply: str) -> tuple[list[object], str]:
             ["ctl build-y"],
         ),
         ("How many entries did billing-api log after request 9dee8e7f?", "9", [9]),
+        # the reply a read prompt asks for when the text lacks the answer is never submitted ...
+        ("How many entries did billing-api log after request 9dee8e7f?", "not found in this text", []),
+        ("Which sections set x? List every section name.", "Not found.", []),
+        ("Who did Mary give the apple to?", "not found in this text", []),
+        (
+            "What is the request id of the entry right after the entry with request id 9dee8e7f?",
+            "Not found in this text",
+            [],
+        ),
+        # ... unless the question offers it as an answer
+        (
+            "Does a 'carrier' = 'Blue Line' row exist? Answer 'found' or 'not found'.",
+            "not found",
+            ["not found"],
+        ),
     ],
 )
 def test_the_answer_cell_submits_only_a_reply_that_is_not_a_name_the_question_asks_about(

@@ -57,13 +57,22 @@ def test_cut_cell_runs_and_keeps_the_hit_paragraph_and_followed_identifiers():
     ],
 )
 def test_combine_reduces_per_chunk_replies_as_the_question_asks(question, replies, final):
-    code = (
-        combine(random.Random(0), read_question(question), replies, "").split("```repl\n")[1].split("```")[0]
-    )
-    got = []
-    exec(code, {"replies": replies, "FINAL": got.append})
-    assert got == [final]
+    code = _code(combine(random.Random(0), read_question(question), replies))
+    assert _finals(code, replies) == [final]
+    # the same cell drops the chunks that lack the answer, and submits nothing when every chunk does
+    assert _finals(code, [*replies, "not found in this text"]) == [final]
+    assert _finals(code, ["Not found in this text."] * 3) == []
     assert parse_replies(f"replies: {replies!r}") == replies
+
+
+def _code(turn: str) -> str:
+    return turn.split("```repl\n")[1].split("```")[0]
+
+
+def _finals(code: str, replies: list[str]) -> list:
+    got: list = []
+    exec(code, {"replies": replies, "FINAL": got.append})
+    return got
 
 
 NEW = ("table_aggregate", "config_lookup", "glossary_lookup", "manual_default", "bundle_locate", "chat_count")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 from fathom.env.sublm import SubLMRequest
 from fathom.models import ModelSpec, load_tokenizer
 from fathom.rollout import ChatFormat
 from fathom.rollout.engine import sub_prompt_ids
-from fathom.train.reader_sft import reader_example, reader_examples
+from fathom.train.reader_sft import call_kind, reader_example, reader_examples, stratified
 
 
 def test_reader_rows_match_the_sub_lm_prompt_token_for_token():
@@ -34,3 +37,24 @@ def test_reader_examples_dedupe_and_sample():
     rows, over = reader_examples(chat, calls, 512, 128, 10, seed=0)
     assert (len(rows), over) == (3, 0)
     assert len(reader_examples(chat, calls, 512, 128, 2, seed=0)[0]) == 2
+
+
+def _calls(kind: str, n: int) -> list[dict[str, str]]:
+    prompt = "Classify each line below into one category: a, b." if kind == "label" else f"{kind} question"
+    reply = {"label": "a", "missing": "not found in this text", "answer": "42"}[kind]
+    return [{"prompt": prompt, "chunk": f"{kind} chunk {i}", "reply": reply} for i in range(n)]
+
+
+def test_reader_rows_are_stratified_so_answers_lead_and_labelling_cannot_crowd_them_out():
+    calls = _calls("label", 300) + _calls("missing", 80) + _calls("answer", 40)
+    assert [call_kind(c) for c in calls[299:301] + calls[-1:]] == ["label", "missing", "answer"]
+    picked = stratified(calls, 100, random.Random(0))
+    kinds = Counter(call_kind(c) for c in picked)
+    # a uniform draw would give ~71 labels and ~10 answers; the mix gives half to answers, and the 10 that
+    # the 40 answers cannot fill go to the other two kinds
+    assert kinds == {"answer": 40, "missing": 30, "label": 30}
+    assert len({c["chunk"] for c in picked}) == 100  # without replacement
+    assert Counter(call_kind(c) for c in stratified(calls, 1000, random.Random(0))) == {
+        "label": 300, "missing": 80, "answer": 40}  # fmt: skip
+    assert Counter(call_kind(c) for c in stratified(calls, 8, random.Random(0))) == {
+        "answer": 4, "missing": 2, "label": 2}  # fmt: skip

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from fathom.policies.looking import Question
-from fathom.policies.moves import READ_MARK, prose, turn
+from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, prose, turn
 
 CHUNK_CHARS = 14_000  # under the 16,000 characters the prompt allows per llm() chunk
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
@@ -40,6 +40,13 @@ OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more th
 TURN_CHARS = 1000
 ODD_MAX = 3  # more lines than this unlike a name's other mentions: it has no one defining line
 REPLIES = re.compile(r"^replies: (\[.*\])$", re.M)
+# How a read cell asks llm() about a chunk. Each names the reply for a chunk without the answer, so a later
+# cell may drop such replies by that phrase (`fathom.policies.grounding`: the policy knows what it asked for).
+READ_ASKS = (
+    f"Answer the question from the text below alone; reply with the answer only, or {NOT_THERE}.",
+    f"Using only these lines, give the exact answer to the question (the answer only), or {NOT_THERE}.",
+    f"Read this part of a document and answer the question exactly, or {NOT_THERE}; nothing else.",
+)
 
 
 @dataclass(frozen=True)
@@ -231,13 +238,7 @@ print(len(names), "names;", len(kept), "lines kept")
 
 def _read_code(rng: random.Random, q: Question) -> str:
     """The kept lines in chunks, the question asked of each by `llm_batch`; prints the replies."""
-    ask = rng.choice(
-        (
-            "Answer the question from the text below alone; reply with the answer only, or say it is not there.",
-            "Using only these lines, give the exact answer to the question (the answer only).",
-            "Read this part of a document and answer the question exactly; nothing else.",
-        )
-    )
+    ask = rng.choice(READ_ASKS)
     return f"""
 chunks = [""]
 for n, i in enumerate(kept):
@@ -278,9 +279,11 @@ def parse_replies(observation: str) -> list[str] | None:
     return [str(r) for r in replies]
 
 
-def useful(replies: list[str], missing: str) -> list[str]:
-    """The replies that are an answer: not empty and not the reader's way of saying it is not there."""
-    return [r for r in replies if r.strip() and not (missing and missing in r.lower())]
+def useful(q: Question, replies: list[str]) -> list[str]:
+    """The replies that are an answer: not empty and not the reader's way of saying it is not there (unless
+    the question offers "not found" as an answer)."""
+    offered = MISSING in q.text.lower()
+    return [r for r in replies if r.strip() and (offered or MISSING not in r.lower())]
 
 
 def _kind(q: Question, answers: list[str]) -> str:
@@ -299,10 +302,12 @@ def _kind(q: Question, answers: list[str]) -> str:
     return "first"
 
 
-def combine(rng: random.Random, q: Question, answers: list[str], missing: str) -> str:
-    """FINAL the replies reduced as the question asks (see the module docstring)."""
-    keep = f"answers = [r.strip() for r in replies if r.strip() and {missing!r} not in r.lower()]"
-    if not missing:
+def combine(rng: random.Random, q: Question, answers: list[str]) -> str:
+    """FINAL the replies reduced as the question asks (see the module docstring). The cell itself drops the
+    replies that say the chunk lacks the answer and FINALs only when some reply is left, so the same cell,
+    copied where every reply said so, submits nothing (unless the question offers "not found" as an answer)."""
+    keep = f"answers = [r.strip() for r in replies if r.strip() and {MISSING!r} not in r.lower()]"
+    if MISSING in q.text.lower():
         keep = "answers = [r.strip() for r in replies if r.strip()]"
     kind = _kind(q, answers)
     final = {
@@ -321,4 +326,5 @@ def combine(rng: random.Random, q: Question, answers: list[str], missing: str) -
         "union": ("The answer is a set: I take the union of what the chunks found.",),
         "first": ("The reader found an answer; I submit the one the chunks agree on.",),
     }[kind]
-    return turn(rng, thoughts, f"{keep}\nprint(answers)\n{final}")
+    final = final.replace("\n", "\n    ")
+    return turn(rng, thoughts, f"{keep}\nprint(answers)\nif answers:\n    {final}")

@@ -14,6 +14,10 @@ punctuation and whitespace, or of at most `GENERIC_CHARS` characters, are generi
 ``" || "``) and always pass. So ``re.findall(r"numbers for brave-falcon is: (\\d{7})", ctx)`` is grounded
 once the question names brave-falcon and an observation has shown ``numbers for ... is:`` text.
 
+What the policy itself asked its reader counts as seen in later turns: the prose of its ``llm`` /
+``llm_batch`` prompts (`asked`). A policy knows the reply it asked for ("reply: not found" when the text does
+not hold the answer), so a later cell may test a reply for it.
+
 `check_code(code, seen)` is the same test for one block. Both are pure. This module does not decide what
 to do with an ungrounded transcript (SFT drops it and counts it: `fathom.policies.teacher`).
 """
@@ -152,6 +156,33 @@ def _text_parts(node: ast.AST) -> Iterator[int]:
         yield from _text_parts(node.right)
 
 
+def _prompts(node: ast.Call) -> list[ast.AST]:
+    """The prompt expressions of an ``llm(prompt, chunk)`` or ``llm_batch([(prompt, chunk), ...])`` call."""
+    name = _func_name(node.func)
+    if name == "llm":
+        return node.args[:1]
+    if name == "llm_batch":
+        return [t.elts[0] for a in node.args for t in ast.walk(a) if isinstance(t, ast.Tuple) and t.elts]
+    return []
+
+
+def asked(code: str) -> str:
+    """The literal text of the prompts a code block gives ``llm`` / ``llm_batch``, one per line."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return ""
+    parts = {id(n): n for n in ast.walk(tree)}
+    ids = [
+        i
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for p in _prompts(node)
+        for i in _text_parts(p)
+    ]
+    return "\n".join(str(parts[i].value) for i in ids)
+
+
 def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
     """(literal, used as a regex) for every string constant outside prose positions."""
     prose: set[int] = set()
@@ -162,15 +193,9 @@ def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
         if not isinstance(node, ast.Call):
             continue
         name = _func_name(node.func)
-        targets: list[ast.AST] = []
+        targets: list[ast.AST] = _prompts(node)
         if name == "print":
             targets = [*node.args, *(k.value for k in node.keywords)]
-        elif name == "llm":
-            targets = node.args[:1]
-        elif name == "llm_batch":  # llm_batch([(prompt, chunk), ...]): the prompts
-            targets = [
-                t.elts[0] for a in node.args for t in ast.walk(a) if isinstance(t, ast.Tuple) and t.elts
-            ]
         elif name == "join" and isinstance(node.func, ast.Attribute):
             targets = [node.func.value]  # the separator
         for target in targets:
@@ -216,5 +241,6 @@ def check_trace(trace: Mapping[str, Any]) -> Grounding:
             n, bad = check_code(code, seen, turn)
             checked += n
             violations += bad
+            seen += "\n" + asked(code)
         seen += "\n" + str(record.get("observation") or "")
     return Grounding(checked, tuple(violations))

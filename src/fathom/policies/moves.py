@@ -17,6 +17,8 @@ import re
 from fathom.policies.looking import Question
 
 READ_MARK = "Question: "  # the reader finds the question after this, on the prompt's last line
+MISSING = "not found"  # the reply a read prompt asks for when the text does not hold the answer
+NOT_THERE = f"reply {MISSING} if it is not there"  # how a read prompt asks for it
 CLASSIFY_WORDS = "each line"  # with "categor", how the reader knows a classification prompt
 ECHO_MARK = "only repeats the question:"  # how the answer cell prints its check
 OFFER = re.compile(r"\W{0,2}(?:,|/|,? or|,? and)\W{0,2}")  # what stands between two names offered as choices
@@ -161,9 +163,9 @@ def read_lines(rng: random.Random, question: str, source: str) -> str:
     """Delegate reading of a small set of lines (a Python expression, `source`) to llm()."""
     ask = rng.choice(
         (
-            "Read the lines below and answer the question exactly, using only these lines.",
-            "Answer the question from these lines alone; reply with the answer only.",
-            "Use only the text below. Give the exact answer to the question.",
+            f"Read the lines below and answer the question exactly, using only these lines, or {NOT_THERE}.",
+            f"Answer the question from these lines alone; reply with the answer only, or {NOT_THERE}.",
+            f"Use only the text below. Give the exact answer to the question, or {NOT_THERE}.",
         )
     )
     code = f"""
@@ -207,9 +209,9 @@ def asked_about(q: Question) -> list[str]:
 
 def answer_reply(rng: random.Random, q: Question) -> str:
     """FINAL the reader's reply in the form the question asks for, after checking in code that it is an
-    answer: not empty and, unless it is a count, not one of the names the question asks about (a reader
-    that finds only the named line tends to hand back the name). The cell prints that check; when the
-    reply fails it, the cell says so and does not FINAL."""
+    answer: not the reply the read prompt asked for when the text lacks it, not empty and, unless it is a
+    count, not one of the names the question asks about (a reader that finds only the named line tends to
+    hand back the name). The cell prints that check; when the reply fails it, the cell does not FINAL."""
     named = asked_about(q)
     if q.listing:
         value = "[part.strip() for part in reply.split(',') if part.strip()]"
@@ -218,6 +220,9 @@ def answer_reply(rng: random.Random, q: Question) -> str:
         value, echo = "int(re.search(r'-?\\d+', reply).group(0))", ""
     else:
         value, echo = "reply.strip()", "answer.lower() in named"
+    if MISSING not in q.text.lower():  # unless the question offers "not found" as an answer
+        empty = "[]" if q.listing else "0" if q.count else '""'  # what `if answer` reads as no answer
+        value = f"{value} if {MISSING!r} not in reply.lower() else {empty}"
     if not named or not echo:
         code = f"""
 import re
@@ -225,6 +230,8 @@ answer = {value}
 print(answer)
 if answer:
     FINAL(answer)
+else:
+    print("not an answer; read wider")
 """
         return turn(rng, ("The reply looks like an answer of the asked form; I submit it.",), code)
     code = f"""

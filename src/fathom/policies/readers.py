@@ -21,10 +21,11 @@ from collections.abc import Sequence
 
 from fathom.env.sublm import ScriptedSubLM, SubLM, SubLMReply, SubLMRequest
 from fathom.policies.expert import CLASSIFY_PROMPT, STORY_PROMPT
+from fathom.policies.moves import MISSING
 from fathom.tasks import babi, records
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{2,}")
-NOT_FOUND = "not found in this text"  # the teacher reader's reply when the chunk does not hold the answer
+NOT_FOUND = f"{MISSING} in this text"  # the teacher reader's reply when the chunk does not hold the answer
 
 
 def _expert_read(prompt: str, chunk: str) -> str:

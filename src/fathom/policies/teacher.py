@@ -50,7 +50,6 @@ OBS_START = re.compile(r"\[output\]\n|\[cell 1\]\n|No ```repl``` code block foun
 NO_LLM = "`llm` and `llm_batch` are not available"
 FOLLOW_LIMIT = 6  # an identifier seen more often than this is vocabulary, not a pointer
 RARE_HITS = 30  # a question word found at most this often names something; more often, it is vocabulary
-MISSING = "not found"  # how a reader says the text it was given does not hold the answer
 
 
 def split_conversation(conversation: str) -> tuple[str, list[str], bool]:
@@ -212,11 +211,10 @@ def _answer(q: Question, rng: random.Random, obs: str) -> Generator[str, str, bo
     replies = parse_replies(obs)
     if replies is None:
         return False
-    missing = MISSING if MISSING in obs.lower() else ""
     named = {n.lower() for n in moves.asked_about(q)}
-    answers = useful(replies, missing)
+    answers = useful(q, replies)
     if answers and not all(a.strip().lower() in named for a in answers):  # a name it gave answers nothing
-        yield combine(rng, q, answers, missing)
+        yield combine(rng, q, answers)
         return True
     return False
 
@@ -236,7 +234,7 @@ def _follow(q: Question, rng: random.Random, found: list[str], llm_ok: bool) -> 
 def _read(q: Question, rng: random.Random, source: str) -> Generator[str, str, bool]:
     obs = yield moves.read_lines(rng, q.text, source)
     reply = obs.partition("chars to read\n")[2].strip()
-    if reply in ("''", '""', "") or "not found" in reply.lower():
+    if reply in ("''", '""', "") or moves.MISSING in reply.lower():
         return False
     yield moves.answer_reply(rng, q)
     # Resumed only when the cell did not FINAL: it printed that the reply is empty or repeats a name the

@@ -9,6 +9,13 @@ end-of-turn token, with loss on the reply only. A test keeps the prompt token-ex
 A reply longer (with its end-of-turn token) than the policy's reply budget, ``rollout.sub_max_new_tokens``,
 is not trained on: the policy would be cut off in it, so the row would teach an answer it cannot give.
 
+Which calls become rows (`reader_examples`): the recorded calls are of three kinds, and a uniform draw mirrors
+how often the teacher makes each, not what a reader must learn. Labelling a chunk line by line (oolong,
+pairs) is two-thirds of the calls, "not found in this text" (a chunk without the answer) most of the rest, and
+a reply that answers the question (the skill an unseen question type needs) under a fifth
+(bench/RESULTS.md, "Run 10's reader rows"). So the draw is stratified: `READER_MIX` gives each kind's share of
+the rows, and a kind with too few calls leaves its share to the others.
+
 This module does not train; `fathom.train.sft` mixes these rows into its dataset (``sft.reader_ratio``).
 """
 
@@ -19,8 +26,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from fathom.env.sublm import SubLM, SubLMReply, SubLMRequest
+from fathom.policies.moves import CLASSIFY_WORDS
+from fathom.policies.readers import NOT_FOUND
 from fathom.rollout.chat import ChatFormat
 from fathom.rollout.engine import sub_prompt_ids
+
+# Each kind's share of the reader rows: answering is what transfers to a new question type, so it leads
+READER_MIX = {"answer": 0.5, "missing": 0.25, "label": 0.25}
 
 
 class RecordingSubLM:
@@ -54,6 +66,36 @@ def reader_example(chat: ChatFormat, call: dict[str, str], max_input_tokens: int
     return {"input_ids": prompt + reply, "assistant_masks": [0] * len(prompt) + [1] * len(reply)}
 
 
+def call_kind(call: dict[str, Any]) -> str:
+    """ "label" (a line-by-line labelling call), "missing" (the reply says the chunk lacks the answer) or
+    "answer"."""
+    if "categor" in call["prompt"].lower() and CLASSIFY_WORDS in call["prompt"].lower():
+        return "label"  # how the teacher's reader knows a labelling prompt, too
+    return "missing" if NOT_FOUND in call["reply"].lower() else "answer"
+
+
+def stratified(calls: list[dict[str, Any]], n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """`n` of `calls` (all when fewer), each kind (`call_kind`) taking its `READER_MIX` share; the shares of
+    kinds that run out go to the others, in proportion."""
+    pools = {kind: [c for c in calls if call_kind(c) == kind] for kind in READER_MIX}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    take = dict.fromkeys(READER_MIX, 0)
+    left = min(n, len(calls))
+    while left:
+        open_kinds = [k for k in READER_MIX if take[k] < len(pools[k])]
+        weight = sum(READER_MIX[k] for k in open_kinds)
+        # each open kind's share of what is left, at least one row so the loop ends
+        step = {
+            k: min(len(pools[k]) - take[k], max(1, int(left * READER_MIX[k] / weight))) for k in open_kinds
+        }
+        for k in open_kinds:
+            grant = min(step[k], left)
+            take[k] += grant
+            left -= grant
+    return [c for k in READER_MIX for c in pools[k][: take[k]]]
+
+
 def reader_examples(
     chat: ChatFormat,
     calls: list[dict[str, Any]],
@@ -63,8 +105,9 @@ def reader_examples(
     seed: int,
 ) -> tuple[list[dict[str, list[int]]], int]:
     """`n` examples drawn without replacement (all of them if there are fewer) from the distinct calls whose
-    reply fits `max_reply_tokens`, and the number of distinct calls left out for being longer."""
+    reply fits `max_reply_tokens`, stratified by kind (`stratified`), and the number of distinct calls left
+    out for being longer."""
     unique = list({(c["prompt"], c["chunk"], c["reply"]): c for c in calls}.values())
     fitting = [c for c in unique if len(reply_ids(chat, c["reply"])) <= max_reply_tokens]
-    picked = random.Random(seed).sample(fitting, min(n, len(fitting)))
+    picked = stratified(fitting, n, random.Random(seed))
     return [reader_example(chat, c, max_input_tokens) for c in picked], len(unique) - len(fitting)
