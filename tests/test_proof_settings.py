@@ -84,3 +84,13 @@ def test_the_reader_rows_per_transcript_are_logged_and_default_to_one(tmp_path):
     assert "reader_ratio=1.0;" in (tmp_path / "progress.log").read_text()
     settings(tmp_path / "half", PROOF_SFT_READER_RATIO="0.5")
     assert "reader_ratio=0.5;" in (tmp_path / "half" / "progress.log").read_text()
+
+
+def test_the_students_reader_is_shown_4096_tokens_when_qwen_and_the_recipes_2048_otherwise(tmp_path):
+    done = settings(tmp_path, PROOF_MODEL="qwen2.5-coder-0.5b")
+    assert done.returncode == 0, done.stderr
+    assert "sub_input=4096;" in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "smol")
+    assert "sub_input=2048;" in (tmp_path / "smol" / "progress.log").read_text()
+    settings(tmp_path / "set", PROOF_MODEL="qwen2.5-coder-0.5b", PROOF_SUB_INPUT_TOKENS="3072")
+    assert "sub_input=3072;" in (tmp_path / "set" / "progress.log").read_text()

@@ -79,7 +79,12 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # forward: a sub-call row is widened to the widest prompt (a chunk) plus the widest completion (a whole
   # episode), so activations are checkpointed there
   SUBCALL_ROWS=4 SHARE=0.42 SUBCALL_CHECKPOINTING=true
+  # what its own reader is shown of an llm() call, in SFT's reader rows, GRPO and the evaluations alike (runs
+  # 3-10 showed it 2,048 tokens in SFT and GRPO but 8,064 in evaluation); the environment's stated chunk size
+  # and so the teacher's chunks follow from it (bench/RESULTS.md, "The reader's view")
+  SUB_INPUT=4096
 fi
+SUB_INPUT=${PROOF_SUB_INPUT_TOKENS:-${SUB_INPUT:-2048}}
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
 SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS} SFT_TASKS=${PROOF_SFT_TASKS:-$SFT_TASKS}
 # SFT stops once held-out policy entropy (nats a token, sampled at temperature 1) falls below this, keeping
@@ -147,7 +152,7 @@ keep() { # small results into $D/keep (flat names); `pack` archives them
 }
 evaluate() { # NAME POLICY MODEL LABEL [PENALTY]: both held-out splits, one model load; the rollouts' budget for rlm
   local budget=()
-  [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW")
+  [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW" --sub-max-input-tokens "$SUB_INPUT")
   fathom eval --policy "$2" --model "$3" --label "$4" \
     --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
@@ -174,7 +179,7 @@ stage_data() {
 }
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
-    "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL;" \
+    "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
     "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
@@ -188,7 +193,8 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
     "${SFT_MODEL_ARGS[@]}" --data.train_tasks="$SFT_POOL" --curriculum.tiers="$ALL_TIER" --eval.tier=0 \
     --sft.num_tasks="$SFT_TASKS" --sft.epochs="$SFT_EPOCHS" --sft.learning_rate="$SFT_LR" --sft.max_turns="$TURNS" \
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
-    --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
+    --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --rollout.sub_max_input_tokens="$SUB_INPUT" \
+    --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
     --sft.teacher_slips="$SFT_TEACHER_SLIPS" --sft.reader_ratio="$SFT_READER_RATIO" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" --sft.min_epochs="$SFT_MIN_EPOCHS" \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
@@ -226,6 +232,7 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
     --logging.progress=false --curriculum.min_dwell_steps=15 --rollout.generation_mode="$GEN_MODE" \
     --model.dtype=bfloat16 --rollout.max_turns="$TURNS" --rollout.max_new_tokens="$NEW" \
     --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
+    --rollout.sub_max_input_tokens="$SUB_INPUT" \
     --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
     --rollout.train_subcalls="$2" --run.gpu_memory_fraction="$GRPO_GPU_SHARE" ${5:-} ${GRPO_ARGS:-} \
     > "$D/logs/$1.log" 2>&1
@@ -268,7 +275,7 @@ settings_record() { # what a carried run must match when it continues (not the b
   printf '%s\n' "model=$MODEL" "scale=${PROOF_SCALE:-full}" "device=$DEVICE" "sft_lora=$SFT_LORA" \
     "sft_lora_r=$SFT_LORA_R" "sft_lora_alpha=$SFT_LORA_ALPHA" "sft=$SFT_TASKS x$SFT_EPOCHS batch $SFT_BATCH x$SFT_ACCUM lr $SFT_LR slips $SFT_TEACHER_SLIPS" \
     "grpo=micro $MICRO accum $ACCUM lr $GRPO_LR seed $GRPO_SEED subcall_rows $SUBCALL_ROWS" \
-    "rollout=turns $TURNS new $NEW total $TOTAL mode $GEN_MODE" "grpo_args=${GRPO_ARGS:-}"
+    "rollout=turns $TURNS new $NEW total $TOTAL sub_input $SUB_INPUT mode $GEN_MODE" "grpo_args=${GRPO_ARGS:-}"
 }
 die() { echo "proof.sh: $*" >&2; exit 1; }
 CARRIED_STAGES=(data baselines sft sft_eval)  # what `restore` marks done (the model is rebuilt by its stage)

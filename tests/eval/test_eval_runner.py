@@ -211,3 +211,22 @@ def test_repetition_penalty_is_recorded_and_reaches_the_sub_calls(tmp_path):
     policy = RLMPolicy("tiny-smol", sampling=Sampling(max_new_tokens=8, repetition_penalty=1.2), device="cpu")
     assert policy.sub_sampling.repetition_penalty == 1.2 and policy.sub_sampling.temperature == 0.0
     assert RLMPolicy("tiny-smol", device="cpu").describe()["repetition_penalty"] == 1.0
+
+
+def test_the_readers_view_is_set_recorded_and_stated_to_the_policy(tmp_path):
+    from fathom.eval.policies import RLMPolicy
+    from fathom.rollout.engine import chunk_chars
+
+    path = write_hand_made(tmp_path)
+    out = tmp_path / "rlm"
+    status = main(
+        ["eval", "--policy", "rlm", "--model", "tiny-smol", "--tasks", str(path), "--out", str(out),
+         "--no-progress", "--max-new-tokens", "8", "--max-turns", "1", "--limit", "1", "--device", "cpu",
+         "--sub-max-input-tokens", "768"]
+    )  # fmt: skip
+    assert status == 0
+    assert json.loads((out / "summary.json").read_text())["sub_max_input_tokens"] == 768
+    system = json.loads((out / "traces.jsonl").read_text().splitlines()[0])["trace"]["system"]
+    assert f"keep each chunk under {chunk_chars(768):,} characters" in system
+    # without it: the window less the reply, as before
+    assert RLMPolicy("tiny-smol", device="cpu").describe()["sub_max_input_tokens"] == 2048 - 128

@@ -30,7 +30,9 @@ TASKS = [
 @pytest.fixture(scope="module")
 def episodes():
     # turns of up to 512 tokens (the engine's default): a turn over 384 shows
-    return play_teacher(qwen_chat(), [generate_task(f, seed, n) for f, seed, n in TASKS], max_turns=10)
+    # its reader shown what the proof's Qwen student is shown (scripts/gpu/proof.sh SUB_INPUT)
+    tasks = [generate_task(f, seed, n) for f, seed, n in TASKS]
+    return play_teacher(qwen_chat(), tasks, max_turns=10, sub_max_input_tokens=4096)
 
 
 def test_the_teachers_turns_fit_the_students_budget(episodes):

@@ -35,7 +35,11 @@ def build_policy(args: argparse.Namespace) -> Any:
     if args.policy == "expert":
         return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     if args.policy == "teacher":
-        return TeacherPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
+        return TeacherPolicy(
+            tokenizer_name=args.model or "tiny-smol",
+            max_turns=args.max_turns or 12,
+            **({"sub_max_input_tokens": args.sub_max_input_tokens} if args.sub_max_input_tokens else {}),
+        )
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
     sampling = Sampling(
@@ -55,7 +59,9 @@ def build_policy(args: argparse.Namespace) -> Any:
     }
     if args.policy == "direct":
         return DirectPolicy(model, **common)
-    return RLMPolicy(model, max_turns=args.max_turns or 6, **common)
+    return RLMPolicy(
+        model, max_turns=args.max_turns or 6, sub_max_input_tokens=args.sub_max_input_tokens, **common
+    )
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
@@ -152,6 +158,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-turns", type=int, help="rlm/expert/teacher turn cap (default 6 rlm, 12 expert and teacher)"
     )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument(
+        "--sub-max-input-tokens",
+        type=int,
+        help="what the policy's own reader is shown of an llm() call, in tokens, as training's "
+        "rollout.sub_max_input_tokens (rlm default: the window less the reply; teacher: its reader sees as "
+        "much, default 2048); the environment's stated chunk size follows from it",
+    )
     p.add_argument(
         "--repetition-penalty",
         type=float,

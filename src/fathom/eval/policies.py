@@ -39,17 +39,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fathom.env import EnvConfig, SubLM
+from fathom.env import SubLM
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.models.loading import resolve_model_dir
 from fathom.policies.expert import EXPERTS
 from fathom.policies.grounding import check_trace
-from fathom.policies.readers import expert_reader, teacher_reader
+from fathom.policies.readers import ReaderView, expert_reader, teacher_reader
 from fathom.policies.scripted import expert_backend
 from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
+from fathom.rollout.engine import chunk_chars
 from fathom.rollout.service import GenerationService
 from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
@@ -256,18 +257,32 @@ class ExpertPolicy:
 class TeacherPolicy:
     """The teacher in the scaffold: any task (it needs no family); `tokenizer_name` only makes ids."""
 
-    def __init__(self, tokenizer_name: str = "tiny-smol", max_turns: int = 12, seed: int = 0) -> None:
+    def __init__(
+        self,
+        tokenizer_name: str = "tiny-smol",
+        max_turns: int = 12,
+        seed: int = 0,
+        sub_max_input_tokens: int = RolloutConfig.sub_max_input_tokens,
+    ) -> None:
         self.label, self.tokenizer_name = "teacher", tokenizer_name
         self.max_turns, self.seed = max_turns, seed
+        self.sub_max_input_tokens = (
+            sub_max_input_tokens  # what a student's reader is shown: its reader's view
+        )
         self.chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
 
     def describe(self) -> dict[str, Any]:
         return {"policy": "teacher", "label": self.label, "model": None, "max_turns": self.max_turns}
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
-        config = RolloutConfig(max_turns=self.max_turns, max_total_tokens=1 << 20)
+        config = RolloutConfig(
+            max_turns=self.max_turns, max_total_tokens=1 << 20, sub_max_input_tokens=self.sub_max_input_tokens
+        )
         service = hf_service(teacher_backend(self.chat, self.seed))
-        rows = run_in_scaffold(service, self.chat, config, teacher_reader(), tasks)
+        reader = ReaderView(
+            teacher_reader(), self.chat, config.sub_max_input_tokens
+        )  # a student reader's view
+        rows = run_in_scaffold(service, self.chat, config, reader, tasks)
         for row in rows:
             row["grounded"] = check_trace(row["trace"]).ok
         return rows
@@ -356,8 +371,12 @@ class RLMPolicy:
         generation_mode: str = "auto",
         vllm_memory: float = 0.3,
         vllm_kv_cache_gib: float = 0.0,
+        sub_max_input_tokens: int | None = None,
     ) -> None:
         self.model_name, self.max_turns = model, max_turns
+        # what the policy's own reader is shown of an llm() call (None: the window less the reply), as in
+        # training (rollout.sub_max_input_tokens); the environment's stated chunk size follows from it
+        self.sub_max_input_tokens = sub_max_input_tokens
         window = context_tokens or context_window(model, None)
         self.engine = load_model_engine(
             model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
@@ -384,10 +403,15 @@ class RLMPolicy:
             "temperature": self.sampling.temperature,
             "repetition_penalty": self.sampling.repetition_penalty,
             "max_turns": self.max_turns,
+            "sub_max_input_tokens": self._sub_input(),
         }
 
+    def _sub_input(self) -> int:
+        room = self.context_tokens - self.sub_sampling.max_new_tokens
+        return min(room, self.sub_max_input_tokens or room)
+
     def _prompt_tokens(self, tasks: Sequence[Task]) -> int:
-        system = system_prompt(EnvConfig().chunk_chars)
+        system = system_prompt(chunk_chars(self._sub_input()))
         return max(
             len(
                 self.chat.prompt_ids(
@@ -403,13 +427,12 @@ class RLMPolicy:
             raise ValueError(
                 f"the scaffold's first prompt leaves {room} tokens of a {self.context_tokens} context"
             )
-        sub_input = self.context_tokens - self.sub_sampling.max_new_tokens
         config = RolloutConfig(
             max_turns=self.max_turns,
             max_total_tokens=room,
             sampling=self.sampling,
             sub_sampling=self.sub_sampling,
-            sub_max_input_tokens=sub_input,
+            sub_max_input_tokens=self._sub_input(),
             context_tokens=self.context_tokens,
         )
         return run_in_scaffold(self.engine.service, self.chat, config, "policy", tasks)

@@ -8,6 +8,8 @@
   a question about a chunk with the task layer's solvers run on that chunk alone.
 - `EchoingReader(inner, share, seed)`: `inner` with a share of its not-found replies turned into a name the
   question asks about (SFT error-recovery demonstrations: `sft.reader_echo`).
+- `ReaderView(inner, chat, max_input_tokens)`: `inner` reading each request as the engine's own sub-LM is
+  shown it (cut to its input budget), so a scripted reader answers from what a student's reader would see.
 
 A reader is the task layer answering a focused question about one chunk; it is not a policy's knowledge.
 This module does not run episodes.
@@ -134,3 +136,21 @@ class EchoingReader:
                 self.echoed.add((req.prompt, req.chunk))
                 out.append(SubLMReply(name))
         return out
+
+
+class ReaderView:
+    """`inner` shown each `llm()` request as the engine's own sub-LM is shown it: cut to `max_input_tokens` of
+    `chat`'s tokens (`fathom.rollout.engine.cut_request`). SFT collection and the teacher's evaluation read
+    through it, so the teacher's transcripts show what reading achieves for a student whose reader sees that
+    much, and a reader row never pairs a chunk with an answer from past its cut."""
+
+    def __init__(self, inner: SubLM, chat: object, max_input_tokens: int) -> None:
+        self.inner, self.chat, self.max_input_tokens = inner, chat, max_input_tokens
+        self.cut = 0  # requests whose chunk was cut
+
+    async def complete(self, requests: Sequence[SubLMRequest]) -> list[SubLMReply]:
+        from fathom.rollout.engine import cut_request
+
+        shown = [cut_request(self.chat, r, self.max_input_tokens) for r in requests]  # type: ignore[arg-type]
+        self.cut += sum(a is not b for a, b in zip(requests, shown, strict=True))
+        return await self.inner.complete(shown)

@@ -30,6 +30,7 @@ from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
     Cut,
+    chunk_limit,
     combine,
     cut_cell,
     defined_cells,
@@ -93,7 +94,8 @@ def _give_up(rng: random.Random) -> str:
     )
 
 
-def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
+def play(q: Question, rng: random.Random, llm_ok: bool, chunk: int) -> Play:
+    """The teacher's moves on question `q`; `chunk`: the characters a chunk given to `llm()` is kept under."""
     obs = yield moves.look(rng)
     sight = parse_look(obs)
     fields, categories = sight.record_fields(), sight.categories()
@@ -121,7 +123,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
         found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
     ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
-    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
+    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits, chunk)):
         yield from _keywords(q, rng)
 
 
@@ -155,7 +157,9 @@ def _aggregate_question(q: Question) -> bool:
     return q.count or q.listing or bool(re.search(r"\bcount\b|number of|yes or no|\bevery\b|\ball\b", lower))
 
 
-def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
+def _excerpts(
+    q: Question, rng: random.Random, sight: Sight, hits: dict, chunk: int
+) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
     snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
@@ -186,13 +190,14 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
         if not kept or kept == last:
             continue  # nothing, or the same lines as the last cut: no new reading to do
         last = kept
-        if (yield from _read_kept(q, rng)):
+        if (yield from _read_kept(q, rng, chunk)):
             return True
         if cut.follow:
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
             # used too often to follow); keep instead where each name in the hits is defined, and read again.
             rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
-            for cell in defined_cells(rng, q, cut.context, rare if 0 < len(rare) < len(cut.keys) else ()):
+            keys = rare if 0 < len(rare) < len(cut.keys) else ()
+            for cell in defined_cells(rng, q, cut.context, chunk, keys):
                 obs = yield cell
             last = _number(r"(\d+) lines kept", obs)
             if (yield from _answer(q, rng, obs)):
@@ -200,9 +205,9 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     return False
 
 
-def _read_kept(q: Question, rng: random.Random) -> Generator[str, str, bool]:
+def _read_kept(q: Question, rng: random.Random, chunk: int) -> Generator[str, str, bool]:
     """Have llm() read the kept lines in chunks and FINAL the combined replies; True once FINAL is sent."""
-    obs = yield read_cell(rng, q)
+    obs = yield read_cell(rng, q, chunk)
     return (yield from _answer(q, rng, obs))
 
 
@@ -354,7 +359,8 @@ def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tupl
     """(the next turn, the observations replayed) of the teacher over a decoded conversation."""
     question, observations, llm_ok = split_conversation(conversation)
     rng = random.Random(f"teacher/{seed}/{question}")
-    game = with_slips(play(read_question(question), rng, llm_ok), f"{seed}/{question}", slips, log)
+    play_ = play(read_question(question), rng, llm_ok, chunk_limit(conversation))
+    game = with_slips(play_, f"{seed}/{question}", slips, log)
     try:
         text = next(game)
         for obs in observations:
@@ -384,18 +390,27 @@ def teacher_backend(chat: ChatFormat, seed: int = 0, slips: float = 0.0) -> Scri
 
 
 def play_teacher(
-    chat: ChatFormat, tasks: list[Any], max_turns: int, reader: Any = None, backend: Any = None
+    chat: ChatFormat,
+    tasks: list[Any],
+    max_turns: int,
+    reader: Any = None,
+    backend: Any = None,
+    sub_max_input_tokens: int = 2048,
 ) -> list[Any]:
     """The episodes of `tasks` through the real rollout engine, played by `backend` (the teacher by default)
-    with `reader` answering llm() (the teacher's reader by default): for measuring and testing the teacher."""
-    from fathom.policies.readers import teacher_reader
+    with `reader` answering llm() (by default the teacher's reader, shown what a student's reader would be
+    within `sub_max_input_tokens`: `ReaderView`): for measuring and testing the teacher."""
+    from fathom.policies.readers import ReaderView, teacher_reader
     from fathom.rollout.engine import RolloutConfig
     from fathom.rollout.wiring import build_engine, hf_service
 
+    config = RolloutConfig(
+        max_turns=max_turns, max_total_tokens=1 << 20, sub_max_input_tokens=sub_max_input_tokens
+    )
     engine = build_engine(
         hf_service(backend or teacher_backend(chat)),
         chat,
-        RolloutConfig(max_turns=max_turns, max_total_tokens=1 << 20),
-        reader or teacher_reader(),
+        config,
+        reader or ReaderView(teacher_reader(), chat, config.sub_max_input_tokens),
     )
     return engine.run_sync(tasks)

@@ -38,6 +38,8 @@ from fathom.rollout.episode import Episode, SubCall, Turn
 from fathom.rollout.service import GenerationService
 
 SUB_SYSTEM = "Answer briefly and exactly."
+PROMPT_TOKENS = 256  # of a sub-call's input budget, kept for the prompt and the chat template
+LOW_CHARS_PER_TOKEN = 2.0  # dense documents (tables, logs: digits are a token each in Qwen2.5)
 # Who answers llm(): an outside sub-LM, or the engine's own model with the adapter on / off.
 SELF_READERS = ("policy", "base")
 
@@ -99,15 +101,31 @@ class EngineSubLM:
         return SubLMReply(text, len(prompt_ids), len(gen.ids))
 
 
-def sub_prompt_ids(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) -> list[int]:
-    """The sub-LM's prompt for one `llm()` call, inside the sub-call's input budget: the chunk is cut first,
-    then the prompt itself (a model that passes the document as the prompt gets it cut, not a crash).
-    Reader-role SFT rows (`fathom.train.reader_sft`) are built with this same function."""
+def cut_request(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) -> SubLMRequest:
+    """One `llm()` call as the engine's own sub-LM is shown it, inside the sub-call's input budget: the chunk
+    is cut first, then the prompt itself (a model that passes the document as the prompt gets it cut, not a
+    crash). What lies past the cut is never read."""
     tok, budget = chat.tokenizer, max_input_tokens - 64
     prompt = tok.encode(request.prompt, add_special_tokens=False)[: max(0, budget)]
-    chunk = tok.encode(request.chunk, add_special_tokens=False)[: max(0, budget - len(prompt))]
-    cut = SubLMRequest(tok.decode(prompt), tok.decode(chunk))
-    return chat.prompt_ids(SUB_SYSTEM, render_request(cut))
+    chunk = tok.encode(request.chunk, add_special_tokens=False)
+    if len(prompt) + len(chunk) <= budget:
+        return request
+    return SubLMRequest(tok.decode(prompt), tok.decode(chunk[: max(0, budget - len(prompt))]))
+
+
+def sub_prompt_ids(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) -> list[int]:
+    """The sub-LM's prompt ids for one `llm()` call (`cut_request`). Reader-role SFT rows
+    (`fathom.train.reader_sft`) are built with this same function."""
+    return chat.prompt_ids(SUB_SYSTEM, render_request(cut_request(chat, request, max_input_tokens)))
+
+
+def chunk_chars(max_input_tokens: int) -> int:
+    """The chunk, in characters, that the environment tells the policy to keep each `llm()` chunk under when
+    the engine's own model reads within `max_input_tokens`: the budget less `PROMPT_TOKENS` for the prompt
+    and chat template, at `LOW_CHARS_PER_TOKEN` (dense text: tables, logs). A policy that keeps to it has its
+    chunks read whole, but for the densest (digit-heavy JSON lines: ~1.2 characters a Qwen2.5 token), which
+    the reader is shown cut. The environment's default, 16,000 characters, is ~3.7K-8K tokens of text."""
+    return max(1, int((max_input_tokens - PROMPT_TOKENS) * LOW_CHARS_PER_TOKEN))
 
 
 class _TurnBarrier:

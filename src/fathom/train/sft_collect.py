@@ -4,7 +4,8 @@ expert or an endpoint on them (`collect_transcripts`), one record per episode, c
 With ``sft.reader_echo`` > 0 (source teacher) the teacher's reader is an `EchoingReader`: that share of its
 not-found replies is a name the question asks about, so transcripts show the teacher's answer check catching
 an echo and reading wider. Those replies are marked ``echo`` in the recorded calls (never reader rows) and
-each record counts the checks that caught one (``echo_checks``). With ``sft.teacher_slips`` > 0 the teacher
+each record counts the checks that caught one (``echo_checks``). The teacher's reader reads each chunk
+as the student's own sub-LM is shown it (`ReaderView`, ``rollout.sub_max_input_tokens``). With ``sft.teacher_slips`` > 0 the teacher
 slips (`fathom.policies.slips`); each teacher record lists the turns it wrote as slips (``slip_turns``,
 recomputed by replaying the teacher over the decoded conversation), which SFT does not train on.
 
@@ -40,7 +41,7 @@ def collect_transcripts(
     from fathom.policies.endpoint import TeacherBackend
     from fathom.policies.grounding import check_trace
     from fathom.policies.moves import ECHO_MARK
-    from fathom.policies.readers import EchoingReader, expert_reader, teacher_reader
+    from fathom.policies.readers import EchoingReader, ReaderView, expert_reader, teacher_reader
     from fathom.policies.scripted import expert_backend
     from fathom.policies.teacher import slip_turns, teacher_backend
     from fathom.rollout import ChatFormat, RolloutConfig, Sampling
@@ -54,7 +55,9 @@ def collect_transcripts(
             backend: Any = expert_backend(chat, tasks)
         else:
             backend = teacher_backend(chat, s.seed, s.teacher_slips)
-        inner: Any = expert_reader() if s.source == "expert" else teacher_reader()
+        inner: Any = expert_reader()
+        if s.source == "teacher":  # it reads what the student's own reader will be shown, no more
+            inner = ReaderView(teacher_reader(), chat, r.sub_max_input_tokens)
         if s.source == "teacher" and s.reader_echo > 0:
             inner = EchoingReader(inner, s.reader_echo, s.seed)
         reader: Any = RecordingSubLM(inner)
@@ -74,6 +77,7 @@ def collect_transcripts(
         max_turns=s.max_turns,
         max_total_tokens=s.max_length,
         sampling=Sampling(max_new_tokens=min(s.max_length, 4096), temperature=s.teacher_temperature),
+        sub_max_input_tokens=r.sub_max_input_tokens,  # the prompt states the chunk size the student will read
     )
     engine = build_engine(hf_service(backend), chat, budgets, reader, reward=config.reward)
     records = []
