@@ -15,11 +15,10 @@ from fathom.rollout.engine import RolloutConfig, chunk_chars, cut_request
 from fathom.rollout.wiring import env_config
 from fathom.tasks import generate_task
 from fathom.train.configfile import load_config
-from fathom.train.reader_sft import RecordingSubLM
 from fathom.train.sft_collect import collect_transcripts
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "policies"))
-from teacher_play import qwen_chat  # noqa: E402
+from teacher_play import qwen_chat
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny-cpu.toml"
 QUESTION = (
