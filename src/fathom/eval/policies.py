@@ -266,9 +266,7 @@ class TeacherPolicy:
     ) -> None:
         self.label, self.tokenizer_name = "teacher", tokenizer_name
         self.max_turns, self.seed = max_turns, seed
-        self.sub_max_input_tokens = (
-            sub_max_input_tokens  # what a student's reader is shown: its reader's view
-        )
+        self.sub_max_input_tokens = sub_max_input_tokens  # its reader is shown what a student's would be
         self.chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
 
     def describe(self) -> dict[str, Any]:
@@ -279,9 +277,7 @@ class TeacherPolicy:
             max_turns=self.max_turns, max_total_tokens=1 << 20, sub_max_input_tokens=self.sub_max_input_tokens
         )
         service = hf_service(teacher_backend(self.chat, self.seed))
-        reader = ReaderView(
-            teacher_reader(), self.chat, config.sub_max_input_tokens
-        )  # a student reader's view
+        reader = ReaderView(teacher_reader(), self.chat, config.sub_max_input_tokens)
         rows = run_in_scaffold(service, self.chat, config, reader, tasks)
         for row in rows:
             row["grounded"] = check_trace(row["trace"]).ok

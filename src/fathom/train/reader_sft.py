@@ -67,8 +67,8 @@ def reader_example(chat: ChatFormat, call: dict[str, str], max_input_tokens: int
 
 
 def call_kind(call: dict[str, Any]) -> str:
-    """ "label" (a line-by-line labelling call), "missing" (the reply says the chunk lacks the answer) or
-    "answer"."""
+    """The kind of a recorded reader call: a line-by-line labelling call ("label"), a reply that says the chunk
+    lacks the answer ("missing"), or an "answer"."""
     if "categor" in call["prompt"].lower() and CLASSIFY_WORDS in call["prompt"].lower():
         return "label"  # how the teacher's reader knows a labelling prompt, too
     return "missing" if NOT_FOUND in call["reply"].lower() else "answer"

@@ -4,10 +4,11 @@ expert or an endpoint on them (`collect_transcripts`), one record per episode, c
 With ``sft.reader_echo`` > 0 (source teacher) the teacher's reader is an `EchoingReader`: that share of its
 not-found replies is a name the question asks about, so transcripts show the teacher's answer check catching
 an echo and reading wider. Those replies are marked ``echo`` in the recorded calls (never reader rows) and
-each record counts the checks that caught one (``echo_checks``). The teacher's reader reads each chunk
-as the student's own sub-LM is shown it (`ReaderView`, ``rollout.sub_max_input_tokens``). With ``sft.teacher_slips`` > 0 the teacher
-slips (`fathom.policies.slips`); each teacher record lists the turns it wrote as slips (``slip_turns``,
-recomputed by replaying the teacher over the decoded conversation), which SFT does not train on.
+each record counts the checks that caught one (``echo_checks``). The teacher's reader reads each chunk as
+the student's own sub-LM is shown it (`ReaderView`, ``rollout.sub_max_input_tokens``), and the environment
+states the chunk size that fits it. With ``sft.teacher_slips`` > 0 the teacher slips
+(`fathom.policies.slips`); each teacher record lists the turns it wrote as slips (``slip_turns``, recomputed
+by replaying the teacher over the decoded conversation), which SFT does not train on.
 
 This module does not filter or train; `fathom.train.sft` does.
 """
