@@ -29,6 +29,7 @@ def config(tmp_path, *extra):
             "--sft.max_length=1048576",
             "--rollout.max_new_tokens=384",
             "--sft.reader_ratio=100",
+            "--rollout.sub_max_input_tokens=4096",  # the proof's Qwen reader view (tiny-cpu's is 512)
             *extra,
         ],
     )
