@@ -213,9 +213,8 @@ def test_repetition_penalty_is_recorded_and_reaches_the_sub_calls(tmp_path):
     assert RLMPolicy("tiny-smol", device="cpu").describe()["repetition_penalty"] == 1.0
 
 
-def test_the_readers_view_is_set_recorded_and_stated_to_the_policy(tmp_path):
+def test_the_readers_view_is_set_and_recorded(tmp_path):
     from fathom.eval.policies import RLMPolicy
-    from fathom.rollout.engine import chunk_chars
 
     path = write_hand_made(tmp_path)
     out = tmp_path / "rlm"
@@ -226,7 +225,5 @@ def test_the_readers_view_is_set_recorded_and_stated_to_the_policy(tmp_path):
     )  # fmt: skip
     assert status == 0
     assert json.loads((out / "summary.json").read_text())["sub_max_input_tokens"] == 768
-    system = json.loads((out / "traces.jsonl").read_text().splitlines()[0])["trace"]["system"]
-    assert f"keep each chunk under {chunk_chars(768):,} characters" in system
     # without it: the window less the reply, as before
     assert RLMPolicy("tiny-smol", device="cpu").describe()["sub_max_input_tokens"] == 2048 - 128

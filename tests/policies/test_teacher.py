@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from fathom.eval.policies import TeacherPolicy
-from fathom.policies.excerpts import chunk_limit
 from fathom.policies.teacher import split_conversation, teacher_turn
 from fathom.tasks import generate_task
 
@@ -26,11 +25,9 @@ def test_the_teacher_imports_no_task_knowledge(module):
 
 def test_split_conversation_reads_question_and_observations():
     first = "Question: Where is Mary?\n\n`ctx` is a str of 1,000 characters (about 250 tokens).\nStart."
-    system = "<sys>llm(prompt, chunk): ... (keep each chunk under 4,480 characters)</sys>"
-    conv = f"{system}<s>{first}</s><a>look</a><u>[output]\n12 chars\n\n[turn 1/12; 11 left]</u><a>"
+    conv = f"<s>{first}</s><a>look</a><u>[output]\n12 chars\n\n[turn 1/12; 11 left]</u><a>"
     assert split_conversation(conv) == ("Where is Mary?", ["[output]\n12 chars\n\n"], True)
     assert teacher_turn(conv) == teacher_turn(conv)  # a pure function of the conversation
-    assert chunk_limit(conv) == 4480  # what the environment told it to keep each llm() chunk under
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
-"""The student's reader is shown at most `rollout.sub_max_input_tokens` of an llm() call, and everything that
-teaches or measures reading keeps to that: the environment states a chunk size that fits it, the teacher
-chunks under what the environment states, and the teacher's reader (whose replies become reader rows) reads
-only what the student's reader would be shown."""
+"""The student's reader is shown at most `rollout.sub_max_input_tokens` of an llm() call, and what teaches or
+measures reading keeps to that: the teacher's chunks of dense text fit the GPU proof's view, and the teacher's
+reader (whose replies become reader rows) reads only what the student's reader would be shown."""
 
 from __future__ import annotations
 
@@ -10,9 +9,9 @@ import sys
 from pathlib import Path
 
 from fathom.env.sublm import SubLMRequest
+from fathom.policies.excerpts import CHUNK_CHARS
 from fathom.policies.readers import NOT_FOUND, ReaderView, _teacher_read, teacher_reader
-from fathom.rollout.engine import RolloutConfig, chunk_chars, cut_request
-from fathom.rollout.wiring import env_config
+from fathom.rollout.engine import chunk_chars, cut_request
 from fathom.tasks import generate_task
 from fathom.train.configfile import load_config
 from fathom.train.sft_collect import collect_transcripts
@@ -45,16 +44,13 @@ def test_a_scripted_reader_answers_only_from_what_the_students_reader_is_shown()
     assert cut_request(chat, short, 1024) is short  # what fits is shown as it is
 
 
-def test_the_environment_states_a_chunk_size_the_students_reader_is_shown_whole():
-    for budget in (2048, 4096):
-        env = env_config(RolloutConfig(sub_max_input_tokens=budget))
-        assert env.chunk_chars == chunk_chars(budget) == (budget - 256) * 2
-    # dense documents (a log's digits, a table's numbers) at the stated size fit the budget, with the prompt
-    chat = qwen_chat()
+def test_the_teachers_chunks_of_dense_text_fit_the_proofs_reader_view():
+    assert CHUNK_CHARS == chunk_chars(4096) == (4096 - 256) * 2
+    chat = qwen_chat()  # a log's digits, a table's numbers: a chunk of them is shown whole, with the prompt
     for family in ("logs_count", "table_aggregate", "code_value", "chat_count"):
         doc = generate_task(family, 1, 32768).read_document()
-        chunk = doc[len(doc) // 2 : len(doc) // 2 + chunk_chars(2048)]
-        assert cut_request(chat, SubLMRequest(PROMPT, chunk), 2048).chunk == chunk, family
+        chunk = doc[len(doc) // 2 : len(doc) // 2 + CHUNK_CHARS]
+        assert cut_request(chat, SubLMRequest(PROMPT, chunk), 4096).chunk == chunk, family
 
 
 def test_sft_collection_records_replies_read_from_the_students_view(tmp_path):
@@ -76,8 +72,6 @@ def test_sft_collection_records_replies_read_from_the_students_view(tmp_path):
     calls: list[dict[str, str]] = []
     records = collect_transcripts(cfg, chat.tokenizer, tasks, calls)
     assert len(records) == 2 and calls
-    stated = f"keep each chunk under {chunk_chars(budget):,} characters"
-    assert stated in chat.tokenizer.decode(records[0]["prompt_ids"])
     for call in calls:  # the reply is the one the shown part of the chunk gives
         shown = cut_request(chat, SubLMRequest(call["prompt"], call["chunk"]), budget)
         assert call["reply"] == _teacher_read(shown.prompt, shown.chunk)

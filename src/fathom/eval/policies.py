@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fathom.env import SubLM
+from fathom.env import EnvConfig, SubLM
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.models.loading import resolve_model_dir
@@ -50,7 +50,6 @@ from fathom.policies.scripted import expert_backend
 from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
-from fathom.rollout.engine import chunk_chars
 from fathom.rollout.service import GenerationService
 from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
@@ -407,7 +406,7 @@ class RLMPolicy:
         return min(room, self.sub_max_input_tokens or room)
 
     def _prompt_tokens(self, tasks: Sequence[Task]) -> int:
-        system = system_prompt(chunk_chars(self._sub_input()))
+        system = system_prompt(EnvConfig().chunk_chars)
         return max(
             len(
                 self.chat.prompt_ids(

@@ -4,8 +4,7 @@ and combine the replies in code.
 `cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
 their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
-names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under the size the
-environment's prompt states (`chunk_limit`: what the policy's reader is shown whole)
+names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
 on line boundaries and asks `llm_batch` the question once per chunk. Every cell defines the helpers it
 calls (`paragraph`, the chunking) itself, rather than reusing an earlier cell's: a student that skips or
 splices cells then still runs what it wrote (bench/RESULTS.md, "After run 8"). Each cell fits the 384 new tokens a turn the student generates under in the GPU
@@ -32,7 +31,9 @@ from dataclasses import dataclass
 from fathom.policies.looking import Question
 from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, prose, turn
 
-CHUNK_LIMIT = re.compile(r"keep each chunk under ([\d,]+) characters")  # how the environment states it
+# What the GPU proof's student reader is shown whole of dense text (`fathom.rollout.engine.chunk_chars` of its
+# 4,096-token view); a longer chunk would be cut before the student's reader (bench/RESULTS.md "The reader's view")
+CHUNK_CHARS = 7_680
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
 OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find
@@ -269,14 +270,6 @@ def read_cell(rng: random.Random, q: Question, chunk: int) -> str:
         ),
         _read_code(rng, q, chunk),
     )
-
-
-def chunk_limit(conversation: str) -> int:
-    """The characters the environment's prompt says to keep each `llm()` chunk under."""
-    m = CHUNK_LIMIT.search(conversation)
-    if m is None:
-        raise ValueError("the conversation states no llm() chunk size")
-    return int(m.group(1).replace(",", ""))
 
 
 def parse_replies(observation: str) -> list[str] | None:

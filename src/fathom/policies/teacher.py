@@ -29,8 +29,8 @@ from typing import Any
 from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
+    CHUNK_CHARS,
     Cut,
-    chunk_limit,
     combine,
     cut_cell,
     defined_cells,
@@ -359,7 +359,7 @@ def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tupl
     """(the next turn, the observations replayed) of the teacher over a decoded conversation."""
     question, observations, llm_ok = split_conversation(conversation)
     rng = random.Random(f"teacher/{seed}/{question}")
-    play_ = play(read_question(question), rng, llm_ok, chunk_limit(conversation))
+    play_ = play(read_question(question), rng, llm_ok, CHUNK_CHARS)
     game = with_slips(play_, f"{seed}/{question}", slips, log)
     try:
         text = next(game)

@@ -120,11 +120,10 @@ def sub_prompt_ids(chat: ChatFormat, request: SubLMRequest, max_input_tokens: in
 
 
 def chunk_chars(max_input_tokens: int) -> int:
-    """The chunk, in characters, that the environment tells the policy to keep each `llm()` chunk under when
-    the engine's own model reads within `max_input_tokens`: the budget less `PROMPT_TOKENS` for the prompt
-    and chat template, at `LOW_CHARS_PER_TOKEN` (dense text: tables, logs). A policy that keeps to it has its
-    chunks read whole, but for the densest (digit-heavy JSON lines: ~1.2 characters a Qwen2.5 token), which
-    the reader is shown cut. The environment's default, 16,000 characters, is ~3.7K-8K tokens of text."""
+    """The chunk, in characters, that a reader shown `max_input_tokens` of an `llm()` call reads whole: the
+    budget less `PROMPT_TOKENS` for the prompt and chat template, at `LOW_CHARS_PER_TOKEN` (dense text: tables,
+    logs). Denser text (digit-heavy JSON lines: ~1.2 characters a Qwen2.5 token) is shown cut. The
+    environment's stated limit, 16,000 characters, is ~3.7K-8K tokens of text."""
     return max(1, int((max_input_tokens - PROMPT_TOKENS) * LOW_CHARS_PER_TOKEN))
 
 

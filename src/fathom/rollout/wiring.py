@@ -21,7 +21,6 @@ from fathom.reward.config import RewardConfig
 from fathom.rollout.backends import Backend, HFBackend
 from fathom.rollout.chat import ChatFormat
 from fathom.rollout.engine import RolloutConfig, RolloutEngine
-from fathom.rollout.engine import chunk_chars as engine_chunk_chars
 from fathom.rollout.episode import Episode, Turn
 from fathom.rollout.service import BatchingService, GenerationService, RoutedService, VLLMService
 from fathom.sandbox import SandboxConfig, SandboxPool
@@ -33,16 +32,15 @@ def env_config(
     sandbox: SandboxConfig | None = None,
     chunk_chars: int | None = None,
 ) -> EnvConfig:
-    """The environment's side of `rollout`'s budgets: the same turn cap and token budget, and the chunk size
-    its prompt states: by default what the engine's own sub-LM reads whole (`engine.chunk_chars`), so a policy
-    trained here keeps its chunks inside what its reader sees, whoever answers `llm()` while it learns."""
+    """The environment's side of `rollout`'s budgets: the same turn cap and token budget."""
+    extra: dict[str, Any] = {} if chunk_chars is None else {"chunk_chars": chunk_chars}
     return EnvConfig(
         max_iterations=rollout.max_turns,
         max_episode_tokens=rollout.max_total_tokens,
         max_depth=min(rollout.max_depth, 1),  # deeper recursion runs in the engine, not the environment
         sandbox=sandbox or SandboxConfig(),
         reward=reward or RewardConfig(),
-        chunk_chars=engine_chunk_chars(rollout.sub_max_input_tokens) if chunk_chars is None else chunk_chars,
+        **extra,
     )
 
 
