@@ -80,8 +80,8 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # episode), so activations are checkpointed there
   SUBCALL_ROWS=4 SHARE=0.42 SUBCALL_CHECKPOINTING=true
   # what its own reader is shown of an llm() call, in SFT's reader rows, GRPO and the evaluations alike (runs
-  # 3-10 showed it 2,048 tokens in SFT and GRPO but 8,064 in evaluation); the environment's stated chunk size
-  # and so the teacher's chunks follow from it (bench/RESULTS.md, "The reader's view")
+  # 3-10 showed it 2,048 tokens in SFT and GRPO but 8,064 in evaluation); the teacher's 7,680-character chunks
+  # of dense text fit it (bench/RESULTS.md, "The reader's view")
   SUB_INPUT=4096
 fi
 SUB_INPUT=${PROOF_SUB_INPUT_TOKENS:-${SUB_INPUT:-2048}}
