@@ -1,7 +1,7 @@
 """The teacher on generated tasks: how many it solves and how long its turns are in the student's tokens.
 
     PYTHONPATH=src python bench/teacher_turns.py [--seeds 4] [--lengths 8192 32768] [--max-turns 10] [--unseen]
-        [--sub-input-tokens 2048]
+        [--sub-input-tokens 4096]
 
 Plays the scripted teacher (`fathom.policies.teacher`, its own reader shown what a student's reader of
 ``--sub-input-tokens`` would be) through the real rollout engine on
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument(
         "--sub-input-tokens",
         type=int,
-        default=2048,
+        default=4096,
         help="the student reader's input budget (rollout.sub_max_input_tokens)",
     )
     args = parser.parse_args()

@@ -163,7 +163,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="what the policy's own reader is shown of an llm() call, in tokens, as training's "
         "rollout.sub_max_input_tokens (rlm default: the window less the reply; teacher: its reader sees as "
-        "much, default 2048); the environment's stated chunk size follows from it",
+        "much, default 4096: the view its chunks are cut for)",
     )
     p.add_argument(
         "--repetition-penalty",

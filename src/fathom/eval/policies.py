@@ -43,6 +43,7 @@ from fathom.env import EnvConfig, SubLM
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.models.loading import resolve_model_dir
+from fathom.policies.excerpts import READER_TOKENS
 from fathom.policies.expert import EXPERTS
 from fathom.policies.grounding import check_trace
 from fathom.policies.readers import ReaderView, expert_reader, teacher_reader
@@ -261,7 +262,7 @@ class TeacherPolicy:
         tokenizer_name: str = "tiny-smol",
         max_turns: int = 12,
         seed: int = 0,
-        sub_max_input_tokens: int = RolloutConfig.sub_max_input_tokens,
+        sub_max_input_tokens: int = READER_TOKENS,
     ) -> None:
         self.label, self.tokenizer_name = "teacher", tokenizer_name
         self.max_turns, self.seed = max_turns, seed

@@ -30,10 +30,13 @@ from dataclasses import dataclass
 
 from fathom.policies.looking import Question
 from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, prose, turn
+from fathom.rollout.engine import chunk_chars
 
-# What the GPU proof's student reader is shown whole of dense text (`fathom.rollout.engine.chunk_chars` of its
-# 4,096-token view); a longer chunk would be cut before the student's reader (bench/RESULTS.md "The reader's view")
-CHUNK_CHARS = 7_680
+# The reader view the teacher's chunks are cut for (the GPU proof's Qwen student's, in tokens), and what that
+# view holds whole of dense text: a longer chunk would be cut before the student's reader reads it
+# (bench/RESULTS.md "The reader's view")
+READER_TOKENS = 4096
+CHUNK_CHARS = chunk_chars(READER_TOKENS)  # 7,680
 NEIGHBOUR_WORDS = ("after", "before", "next", "previous", "preced", "follow", "earlier", "later")
 COUNT_WORDS = r"^count\b|\bcount (?:the|how|all|every)\b|\bnumber of\b|\bhow many\b"
 OFTEN_MAX = 2000  # past this many uses, finding a name's odd line costs more than it may find

@@ -152,5 +152,5 @@ class ReaderView:
         from fathom.rollout.engine import cut_request
 
         shown = [cut_request(self.chat, r, self.max_input_tokens) for r in requests]  # type: ignore[arg-type]
-        self.cut += sum(a is not b for a, b in zip(requests, shown, strict=True))
+        self.cut += sum(len(b.chunk) < len(a.chunk) for a, b in zip(requests, shown, strict=True))
         return await self.inner.complete(shown)

@@ -30,6 +30,7 @@ from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
     CHUNK_CHARS,
+    READER_TOKENS,
     Cut,
     combine,
     cut_cell,
@@ -395,7 +396,7 @@ def play_teacher(
     max_turns: int,
     reader: Any = None,
     backend: Any = None,
-    sub_max_input_tokens: int = 2048,
+    sub_max_input_tokens: int = READER_TOKENS,
 ) -> list[Any]:
     """The episodes of `tasks` through the real rollout engine, played by `backend` (the teacher by default)
     with `reader` answering llm() (by default the teacher's reader, shown what a student's reader would be

@@ -107,10 +107,8 @@ def cut_request(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) 
     crash). What lies past the cut is never read."""
     tok, budget = chat.tokenizer, max_input_tokens - 64
     prompt = tok.encode(request.prompt, add_special_tokens=False)[: max(0, budget)]
-    chunk = tok.encode(request.chunk, add_special_tokens=False)
-    if len(prompt) + len(chunk) <= budget:
-        return request
-    return SubLMRequest(tok.decode(prompt), tok.decode(chunk[: max(0, budget - len(prompt))]))
+    chunk = tok.encode(request.chunk, add_special_tokens=False)[: max(0, budget - len(prompt))]
+    return SubLMRequest(tok.decode(prompt), tok.decode(chunk))
 
 
 def sub_prompt_ids(chat: ChatFormat, request: SubLMRequest, max_input_tokens: int) -> list[int]:
