@@ -25,7 +25,11 @@ from fathom.policies.teacher import (
 from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
 
-TASKS = [("babi", 0, 8192), ("bundle_locate", 0, 8192), ("chat_count", 2, 8192)]  # solved through the reader view
+TASKS = [
+    ("babi", 0, 8192),
+    ("bundle_locate", 0, 8192),
+    ("chat_count", 2, 8192),
+]  # solved through the reader view
 TURN_BUDGET = 384  # the student's new tokens a turn in the GPU proof (test_teacher_budget checks the recipe)
 
 
