@@ -251,7 +251,10 @@ def test_sigkill_and_resume_continues_the_same_curve(tmp_path):
     wb = load_file(killed / "final" / "adapter" / "adapter_model.safetensors")
     assert wa.keys() == wb.keys()
     for key in wa:
-        torch.testing.assert_close(wa[key], wb[key], rtol=1e-5, atol=1e-7)
+        # float32 noise: one element of ~2e-3 came out 1.311e-7 and 1.314e-7 apart (rel 7e-5) in two runs of one
+        # commit, every logged metric matching; a resume that lost the optimizer's moments or the schedule moves
+        # weights on the order of the learning rate (1e-3 here)
+        torch.testing.assert_close(wa[key], wb[key], rtol=1e-5, atol=1e-6)
     traces = [t["step"] for t in read_jsonl(killed / "traces.jsonl") if t["kind"] == "train"]
     assert traces == [1, 1, 2, 2, 3, 3]  # whatever the killed run wrote of step 3 was dropped
 
