@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fathom.eval.policies import TeacherPolicy
-from fathom.policies.excerpts import Cut, cut_cell, defined_cells, read_cell
+from fathom.policies.excerpts import CHUNK_CHARS, Cut, cut_cell, defined_cells, read_cell
 from fathom.policies.looking import read_question
 from fathom.policies.moves import follow
 from fathom.tasks import generate_task
@@ -56,9 +56,7 @@ def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use(
     env = {"ctx": ctx}
     exec(cut, env)
     assert not any("Ravi Acosta" in env["lines"][i] for i in env["kept"])  # too common to follow
-    keep, read = defined_cells(
-        random.Random(0), q, 0, 14_000
-    )  # the keeping and the reading do not fit one turn
+    keep, read = defined_cells(random.Random(0), q, 0)  # the keeping and the reading do not fit one turn
     del env["paragraph"]  # the cell defines the helper it calls itself
     exec(_code(keep), env)
     kept = [env["lines"][i] for i in env["kept"]]
@@ -77,7 +75,7 @@ def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use(
 
 def test_a_read_cell_chunks_the_kept_lines_on_line_boundaries_keeping_gaps():
     q = read_question("Which port does the proxy use?")
-    lines = [f"line {i} " + "x" * 990 for i in range(40)]
+    lines = [f"line {i} " + "x" * (CHUNK_CHARS // 14 - 10) for i in range(40)]
     kept = [0, 1, 2, *range(5, 30)]
     asked: list[tuple[str, str]] = []
     env = {
@@ -85,9 +83,9 @@ def test_a_read_cell_chunks_the_kept_lines_on_line_boundaries_keeping_gaps():
         "kept": kept,
         "llm_batch": lambda items: asked.extend(items) or ["8080"] * len(items),
     }
-    exec(_code(read_cell(random.Random(0), q, 14_000)), env)
+    exec(_code(read_cell(random.Random(0), q)), env)
     chunks = [chunk for _, chunk in asked]
-    assert len(chunks) == 2 and all(len(c) <= 14_000 for c in chunks)
+    assert len(chunks) == 2 and all(len(c) <= CHUNK_CHARS for c in chunks)
     assert "".join(chunks).split("\n") == [*lines[0:3], "", *lines[5:30], ""]  # every kept line once, a gap
     assert all(prompt.endswith("Question: " + q.text) for prompt, _ in asked)
     assert env["replies"] == ["8080", "8080"]

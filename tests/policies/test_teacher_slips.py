@@ -9,7 +9,6 @@ import random
 import pytest
 
 from fathom.models import ModelSpec, load_tokenizer
-from fathom.policies.excerpts import CHUNK_CHARS
 from fathom.policies.grounding import check_trace
 from fathom.policies.looking import read_question
 from fathom.policies.scripted import ScriptedBackend
@@ -73,7 +72,7 @@ def test_no_slips_plays_the_strategy_unchanged(chat, slipping):
     def plain(conversation: str) -> str:  # the strategy replayed with nothing around it
         question, observations, llm_ok = split_conversation(conversation)
         rng = random.Random(f"teacher/0/{question}")
-        game = play(read_question(question), rng, llm_ok, CHUNK_CHARS)
+        game = play(read_question(question), rng, llm_ok)
         try:
             text = next(game)
             for obs in observations:

@@ -204,9 +204,7 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def defined_cells(
-    rng: random.Random, q: Question, context: int, chunk: int, rare: tuple[str, ...] = ()
-) -> list[str]:
+def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> list[str]:
     """After a follow cut (it leaves `lines`, `hit` and `low`) found nothing: keep the hits again (with
     `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
     often than another is vocabulary) and, instead of every line each name in them reaches, only where the
@@ -237,21 +235,21 @@ print(len(names), "names;", len(kept), "lines kept")
         "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
         "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
     )
-    read = _read_code(rng, q, chunk)
+    read = _read_code(rng, q)
     if len(code + read) <= TURN_CHARS:
         return [turn(rng, thoughts, code + read)]
-    return [turn(rng, thoughts, code), read_cell(rng, q, chunk)]
+    return [turn(rng, thoughts, code), read_cell(rng, q)]
 
 
-def _read_code(rng: random.Random, q: Question, chunk: int) -> str:
-    """The kept lines in chunks of at most `chunk` characters, the question asked of each by `llm_batch`;
-    prints the replies."""
+def _read_code(rng: random.Random, q: Question) -> str:
+    """The kept lines in chunks of at most `CHUNK_CHARS`, the question asked of each by `llm_batch`; prints the
+    replies."""
     ask = rng.choice(READ_ASKS)
     return f"""
 chunks = [""]
 for n, i in enumerate(kept):
     # a new chunk when full, or at a blank line once three-quarters full, so paragraphs stay whole
-    if chunks[-1] and (len(chunks[-1]) + len(lines[i]) > {chunk} or len(chunks[-1]) > {chunk * 3 // 4} and not lines[i].strip()):
+    if chunks[-1] and (len(chunks[-1]) + len(lines[i]) > {CHUNK_CHARS} or len(chunks[-1]) > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
         chunks.append("")
     if n and i - 1 != kept[n - 1]:
         chunks[-1] += "\\n"  # a gap in the document stays a blank line
@@ -262,8 +260,8 @@ print("replies:", [r.strip()[:200] for r in replies])
 """
 
 
-def read_cell(rng: random.Random, q: Question, chunk: int) -> str:
-    """Chunk the kept lines under `chunk` characters and ask the question of each; prints ``replies: [...]``."""
+def read_cell(rng: random.Random, q: Question) -> str:
+    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
     return turn(
         rng,
         (
@@ -271,7 +269,7 @@ def read_cell(rng: random.Random, q: Question, chunk: int) -> str:
             "Now llm() reads the kept lines, chunk by chunk, with the question.",
             "Delegate the reading: each chunk of the kept lines goes to llm() with the question.",
         ),
-        _read_code(rng, q, chunk),
+        _read_code(rng, q),
     )
 
 

@@ -29,7 +29,6 @@ from typing import Any
 from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
-    CHUNK_CHARS,
     READER_TOKENS,
     Cut,
     combine,
@@ -95,8 +94,7 @@ def _give_up(rng: random.Random) -> str:
     )
 
 
-def play(q: Question, rng: random.Random, llm_ok: bool, chunk: int) -> Play:
-    """The teacher's moves on question `q`; `chunk`: the characters a chunk given to `llm()` is kept under."""
+def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     obs = yield moves.look(rng)
     sight = parse_look(obs)
     fields, categories = sight.record_fields(), sight.categories()
@@ -124,7 +122,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk: int) -> Play:
         found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
     ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
-    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits, chunk)):
+    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
         yield from _keywords(q, rng)
 
 
@@ -158,9 +156,7 @@ def _aggregate_question(q: Question) -> bool:
     return q.count or q.listing or bool(re.search(r"\bcount\b|number of|yes or no|\bevery\b|\ball\b", lower))
 
 
-def _excerpts(
-    q: Question, rng: random.Random, sight: Sight, hits: dict, chunk: int
-) -> Generator[str, str, bool]:
+def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
     snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
@@ -191,14 +187,14 @@ def _excerpts(
         if not kept or kept == last:
             continue  # nothing, or the same lines as the last cut: no new reading to do
         last = kept
-        if (yield from _read_kept(q, rng, chunk)):
+        if (yield from _read_kept(q, rng)):
             return True
         if cut.follow:
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
             # used too often to follow); keep instead where each name in the hits is defined, and read again.
             rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
             keys = rare if 0 < len(rare) < len(cut.keys) else ()
-            for cell in defined_cells(rng, q, cut.context, chunk, keys):
+            for cell in defined_cells(rng, q, cut.context, keys):
                 obs = yield cell
             last = _number(r"(\d+) lines kept", obs)
             if (yield from _answer(q, rng, obs)):
@@ -206,9 +202,9 @@ def _excerpts(
     return False
 
 
-def _read_kept(q: Question, rng: random.Random, chunk: int) -> Generator[str, str, bool]:
+def _read_kept(q: Question, rng: random.Random) -> Generator[str, str, bool]:
     """Have llm() read the kept lines in chunks and FINAL the combined replies; True once FINAL is sent."""
-    obs = yield read_cell(rng, q, chunk)
+    obs = yield read_cell(rng, q)
     return (yield from _answer(q, rng, obs))
 
 
@@ -360,8 +356,7 @@ def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tupl
     """(the next turn, the observations replayed) of the teacher over a decoded conversation."""
     question, observations, llm_ok = split_conversation(conversation)
     rng = random.Random(f"teacher/{seed}/{question}")
-    play_ = play(read_question(question), rng, llm_ok, CHUNK_CHARS)
-    game = with_slips(play_, f"{seed}/{question}", slips, log)
+    game = with_slips(play(read_question(question), rng, llm_ok), f"{seed}/{question}", slips, log)
     try:
         text = next(game)
         for obs in observations:
