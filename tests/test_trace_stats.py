@@ -82,3 +82,23 @@ def test_proof_tables_reads_the_samples_a_proof_archive_holds(tmp_path, monkeypa
     assert list(figures) == [("rlm-sft", "heldout_unseen")]  # only the policies the tables know
     assert figures[("rlm-sft", "heldout_unseen")] == trace_stats.episode_stats(rows)
     assert figures[("rlm-sft", "heldout_unseen")]["of_them_error_free"] == 1
+
+
+def test_counts_the_readers_replies_at_budget_looping_and_not_found():
+    calls = [
+        {"reply": "44, 44, 44, 44", "tokens": 128},  # at the budget, and a loop
+        {"reply": "score_banjo\nscore_pepper\nscore_banjo\nscore_banjo", "tokens": 20},  # a loop
+        {"reply": "a\nb\nc\na", "tokens": 8},  # a list with one repeat: not a loop
+        {"reply": "not found in this text", "tokens": 6},
+    ]
+    row = episode("answered", turn("FINAL(1)"))
+    row["trace"]["engine_subcalls"] = calls
+    stats = trace_stats.reader_stats([row, episode("answered", turn("FINAL(2)"))])
+    assert stats == {
+        "reader_calls": 4,
+        "reader_replies_at_budget": 1,
+        "reader_replies_looping": 2,
+        "reader_replies_not_found": 1,
+    }
+    assert trace_stats.episode_stats([row])["reader_replies_looping"] == 2
+    assert not trace_stats.looping("")

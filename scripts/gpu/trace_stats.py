@@ -1,7 +1,8 @@
 """What went wrong inside sampled evaluation episodes: per trace-sample file of a GPU proof's archive
 (`keep/eval_NAME[-unseen]_traces_sample.jsonl`), how many turns raised an error and which, how many were cut
 at the token limit, repeated the previous cell word for word, or recovered after an error, and which
-undefined names the `NameError`s were about.
+undefined names the `NameError`s were about; and of the replies the policy's own reader gave its `llm()`
+calls, how many ran to the reply budget, looped on one item, or said "not found".
 
     python scripts/gpu/trace_stats.py keep/eval_rlm-sft-unseen_traces_sample.jsonl [more files] [--json OUT]
 
@@ -29,6 +30,33 @@ SINGLE_QUOTED_PROMPT = re.compile(r"llm(?:_batch)?\(\s*\[?\(?\s*'(?!'')")
 def error_kind(error: str) -> str:
     """`NameError` from a cell's traceback (its last line names the exception)."""
     return error.strip().splitlines()[-1].split(":")[0].strip()
+
+
+# the reply budget of a sub-call in the GPU proof (proof.sh: --rollout.sub_max_new_tokens=128)
+SUB_MAX_NEW_TOKENS = 128
+# a looping reply: one item (a line, or a comma-separated entry) at least this often, and half of all items
+LOOP_REPEATS = 3
+
+
+def looping(reply: str) -> bool:
+    """A reply that repeats one item, as greedy decoding does when it falls into a loop."""
+    items = [i.strip() for line in reply.splitlines() for i in line.split(",") if i.strip()]
+    if not items:
+        return False
+    top = Counter(items).most_common(1)[0][1]
+    return top >= LOOP_REPEATS and 2 * top >= len(items)
+
+
+def reader_stats(rows: list[dict[str, Any]], budget: int = SUB_MAX_NEW_TOKENS) -> dict[str, int]:
+    """The engine-answered `llm()` replies of the episodes (the trace's `engine_subcalls`, which carry the
+    reply's token count): how many, how many used the whole reply budget, looped, or said "not found"."""
+    calls = [s for row in rows for s in row["trace"].get("engine_subcalls", [])]
+    return {
+        "reader_calls": len(calls),
+        "reader_replies_at_budget": sum(int(s.get("tokens", 0)) >= budget for s in calls),
+        "reader_replies_looping": sum(looping(s["reply"]) for s in calls),
+        "reader_replies_not_found": sum("not found" in s["reply"].lower() for s in calls),
+    }
 
 
 def episode_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -71,7 +99,7 @@ def episode_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "turns_after_an_error": after_error,
         "of_them_error_free": recovered,
         "turns_with_single_quoted_llm_prompt": single_quoted,
-    }
+    } | reader_stats(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
