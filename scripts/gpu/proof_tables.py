@@ -186,6 +186,14 @@ def main() -> None:
                 f"{kinds.get('NameError', 0)} | {kinds.get('SyntaxError', 0)} | {f['turns_cut_at_token_limit']} | "
                 f"{f['turns_repeating_previous_cell']} | {f['of_them_error_free']} of {f['turns_after_an_error']} |"
             )
+        print("\nThe student's own reader in those episodes (its `llm()` replies):\n")
+        print("| policy | split | replies | at the reply budget | looping on one item | not found |")
+        print("|---|---|---|---|---|---|")
+        for (name, split), f in inside.items():
+            print(
+                f"| {name} | {split} | {f['reader_calls']} | {f['reader_replies_at_budget']} | "
+                f"{f['reader_replies_looping']} | {f['reader_replies_not_found']} |"
+            )
     if args.json:
         labels = dict(POLICIES)
         policies = {
