@@ -53,7 +53,7 @@ def reader_stats(rows: list[dict[str, Any]], budget: int = SUB_MAX_NEW_TOKENS) -
     calls = [s for row in rows for s in row["trace"].get("engine_subcalls", [])]
     return {
         "reader_calls": len(calls),
-        "reader_replies_at_budget": sum(int(s.get("tokens", 0)) >= budget for s in calls),
+        "reader_replies_at_budget": sum(s["tokens"] >= budget for s in calls),
         "reader_replies_looping": sum(looping(s["reply"]) for s in calls),
         "reader_replies_not_found": sum("not found" in s["reply"].lower() for s in calls),
     }
