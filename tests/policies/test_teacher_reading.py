@@ -57,7 +57,10 @@ def test_cut_cell_runs_and_keeps_the_hit_paragraph_and_followed_identifiers():
     ],
 )
 def test_combine_reduces_per_chunk_replies_as_the_question_asks(question, replies, final):
-    code = _code(combine(random.Random(0), read_question(question), replies))
+    turn = combine(random.Random(0), read_question(question), replies, len(replies) + 1)
+    # the thought says what the printout showed: how many replies answered, of how many
+    assert turn.startswith(f"Replies with an answer: {len(replies)} of {len(replies) + 1}. ")
+    code = _code(turn)
     assert _finals(code, replies) == [final]
     # the same cell drops the chunks that lack the answer, and submits nothing when every chunk does
     assert _finals(code, [*replies, "not found in this text"]) == [final]
@@ -94,3 +97,20 @@ def test_a_comma_before_a_count_noun_is_not_a_stated_total():
     )
     assert question.stated_total is None and question.count
     assert read_question("Among the rows: of the 3,744 questions, how many?").stated_total == 3744
+
+
+def test_the_follow_and_cut_thoughts_name_what_they_keep_and_why():
+    from fathom.policies.moves import follow
+
+    # the thought names the ids followed and the rule that makes a term one (the student never sees the parse)
+    for seed in range(3):
+        text = follow(random.Random(seed), ["ORD-7", "INV-12"], 6).split("```repl")[0]
+        assert "'ORD-7', 'INV-12'" in text and "a digit, dash or capitals" in text
+    for seed in range(2):
+        text = cut_cell(random.Random(seed), Cut(("sync_island", "x" * 40), paragraph=30)).split("```repl")[0]
+        assert "'sync_island', 'xxxxxxxxxxxxxxxxx...'" in text  # a long term is cut in the prose only
+    # the same rng draws as before the names were added: the cells after a thought stay as they were
+    a, b = random.Random(5), random.Random(5)
+    follow(a, ["ORD-7"], 6)
+    assert "'A-1', 'B-2', 'C-3' and 1 more" in follow(b, ["A-1", "B-2", "C-3", "D-4"], 6)
+    assert a.random() == b.random()

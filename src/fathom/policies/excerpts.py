@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from fathom.policies.looking import Question
-from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, prose, turn
+from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, named, prose, turn
 from fathom.rollout.engine import chunk_chars
 
 # The reader view the teacher's chunks are cut for (the GPU proof's Qwen student's, in tokens), and what that
@@ -191,10 +191,11 @@ for i in kept[:4]:
             "The answer depends on which part a line belongs to, so I keep the heading lines with the hits.",
             "Keep every heading line as well as the hit lines, so the reader knows where each hit sits.",
         )
-    elif cut.keys:
+    elif cut.keys:  # which of the question's terms it keeps: the choice is shown, not only its result
+        terms = named(cut.keys, width=20)
         thought = (
-            "I keep only the lines with the key terms, and what they point to.",
-            "Few lines mention what the question names; I keep those and their context.",
+            f"The search found {terms}: I keep their lines and what they point to.",
+            f"Few lines mention {terms}, which the question names; I keep those and their context.",
         )
     else:
         thought = (
@@ -308,10 +309,11 @@ def _kind(q: Question, answers: list[str]) -> str:
     return "first"
 
 
-def combine(rng: random.Random, q: Question, answers: list[str]) -> str:
+def combine(rng: random.Random, q: Question, answers: list[str], replies: int) -> str:
     """FINAL the replies reduced as the question asks (see the module docstring). The cell itself drops the
     replies that say the chunk lacks the answer and FINALs only when some reply is left, so the same cell,
-    copied where every reply said so, submits nothing (unless the question offers "not found" as an answer)."""
+    copied where every reply said so, submits nothing (unless the question offers "not found" as an answer).
+    Its thought opens with how many of the `replies` printed answer: the move follows from that printout."""
     keep = f"answers = [r.strip() for r in replies if r.strip() and {MISSING!r} not in r.lower()]"
     if MISSING in q.text.lower():
         keep = "answers = [r.strip() for r in replies if r.strip()]"
@@ -332,5 +334,8 @@ def combine(rng: random.Random, q: Question, answers: list[str]) -> str:
         "union": ("The answer is a set: I take the union of what the chunks found.",),
         "first": ("The reader found an answer; I submit the one the chunks agree on.",),
     }[kind]
+    seen = f"Replies with an answer: {len(answers)} of {replies}."
     final = final.replace("\n", "\n    ")
-    return turn(rng, thoughts, f"{keep}\nprint(answers)\nif answers:\n    {final}")
+    return turn(
+        rng, tuple(f"{seen} {t}" for t in thoughts), f"{keep}\nprint(answers)\nif answers:\n    {final}"
+    )

@@ -45,6 +45,12 @@ def turn(rng: random.Random, thoughts: tuple[str, ...], code: str) -> str:
     return f"{rng.choice(thoughts)}\n```repl\n{code.strip()}\n```"
 
 
+def named(terms: list[str] | tuple[str, ...], most: int = 3, width: int = 24) -> str:
+    """Terms as a turn's prose names them: quoted, the first `most`, each cut to `width` characters."""
+    shown = ", ".join(repr(t if len(t) <= width else t[: width - 3] + "...") for t in terms[:most])
+    return shown + (f" and {len(terms) - most} more" if len(terms) > most else "")
+
+
 def look(rng: random.Random) -> str:
     head = rng.choice((800, 900, 1000))
     n = rng.choice((5, 6, 7))
@@ -128,12 +134,15 @@ print(len(reached), "lines reached")
 for i in reached[:30]:
     print(lines[i][:200])
 """
+    # the thought names what is followed and why it can be (an id: a digit, a dash or capitals in it), so the
+    # rule behind the move is shown, not only the move: the student never sees the teacher's parse
+    ids = named(terms)
     return turn(
         rng,
         (
-            "The hits carry identifiers of their own; I follow every rare identifier until no new line turns up.",
-            "Some hit lines point to other identifiers. Follow them all and collect the lines they reach.",
-            "Follow the chain: search each new identifier that the found lines mention, until nothing new appears.",
+            f"The search found {ids}, an id of the question (a digit, dash or capitals): I follow it and the ids on its lines.",
+            f"The question names the id {ids} (a digit, dash or capitals), found above; I follow every id its lines reach.",
+            f"{ids} is an id the question names (a digit, dash or capitals): follow it and each new id its lines mention.",
         ),
         code,
     )

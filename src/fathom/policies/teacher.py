@@ -216,7 +216,7 @@ def _answer(q: Question, rng: random.Random, obs: str) -> Generator[str, str, bo
     named = {n.lower() for n in moves.asked_about(q)}
     answers = useful(q, replies)
     if answers and not all(a.strip().lower() in named for a in answers):  # a name it gave answers nothing
-        yield combine(rng, q, answers)
+        yield combine(rng, q, answers, len(replies))
         return True
     return False
 
