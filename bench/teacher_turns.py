@@ -54,6 +54,7 @@ def main() -> None:
         f"transcripts_with_a_turn_over_{TURN_BUDGET}": sum(
             any(len(t.ids) > TURN_BUDGET for t in e.turns) for e in episodes
         ),
+        "over_budget_tasks": [e.task_id for e in episodes if any(len(t.ids) > TURN_BUDGET for t in e.turns)],
     }
     print(json.dumps(record))
 

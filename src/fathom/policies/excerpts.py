@@ -195,7 +195,7 @@ for i in kept[:4]:
         terms = named(cut.keys, width=20)
         thought = (
             f"The search found {terms}: I keep their lines and what they point to.",
-            f"Few lines mention {terms}, which the question names; I keep those and their context.",
+            f"Few lines mention {terms}; I keep those and their context.",
         )
     else:
         thought = (
