@@ -105,11 +105,11 @@ def test_the_follow_and_cut_thoughts_name_what_they_keep_and_why():
     # the thought names the ids followed and the rule that makes a term one (the student never sees the parse)
     for seed in range(3):
         text = follow(random.Random(seed), ["ORD-7", "INV-12"], 6).split("```repl")[0]
-        assert "'ORD-7', 'INV-12'" in text and "a digit, dash or capitals" in text
+        assert "'ORD-7', 'INV-12'" in text and "a digit, dash or capitals" in text and " an id" not in text
     for seed in range(2):
         text = cut_cell(random.Random(seed), Cut(("sync_island", "x" * 40), paragraph=30)).split("```repl")[0]
         assert "'sync_island', 'xxxxxxxxxxxxxxxxx...'" in text  # a long term is cut in the prose only
-    # the same rng draws as before the names were added: the cells after a thought stay as they were
+    # a thought is drawn from a tuple of the same size whatever the names: the cells after it stay as they were
     a, b = random.Random(5), random.Random(5)
     follow(a, ["ORD-7"], 6)
     assert "'A-1', 'B-2', 'C-3' and 1 more" in follow(b, ["A-1", "B-2", "C-3", "D-4"], 6)
