@@ -94,3 +94,14 @@ def test_the_students_reader_is_shown_4096_tokens_when_qwen_and_the_recipes_2048
     assert "sub_input=2048;" in (tmp_path / "smol" / "progress.log").read_text()
     settings(tmp_path / "set", PROOF_MODEL="qwen2.5-coder-0.5b", PROOF_SUB_INPUT_TOKENS="3072")
     assert "sub_input=3072;" in (tmp_path / "set" / "progress.log").read_text()
+
+
+def test_the_baselines_run_unless_an_earlier_runs_stand_in(tmp_path):
+    done = settings(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "baselines=run;" in (tmp_path / "progress.log").read_text()
+    done = settings(tmp_path / "skip", PROOF_BASELINES="skip")
+    assert done.returncode == 0, done.stderr
+    assert "baselines=skip;" in (tmp_path / "skip" / "progress.log").read_text()
+    done = settings(tmp_path / "bad", PROOF_BASELINES="no")
+    assert done.returncode == 2 and "PROOF_BASELINES must be run or skip" in done.stderr

@@ -110,6 +110,12 @@ GRPO_LR=${GRPO_LR:-$LR}
 # which GRPO runs train side by side after SFT. both: sub-calls trained (grpo/) and masked (grpo-masked/);
 # lr-pair: sub-calls trained at GRPO_LR (grpo/) and at GRPO_LR_B (grpo-b/), a learning rate chosen by
 # measurement; trained: grpo/ alone, with 1.5x the memory share and the GPU's compute to itself
+# run: the baselines (direct, untrained scaffold) are evaluated beside SFT; skip: not in this run, where an
+# earlier run evaluated the same model on the same held-out files (their greedy results are the same), so SFT
+# has the GPU to itself and the lease's time goes to training (for proof_tables, put the earlier run's
+# eval_direct* and eval_rlm-untrained* files beside this run's keep/ files)
+BASELINES=${PROOF_BASELINES:-run}
+case $BASELINES in run|skip) ;; *) echo "PROOF_BASELINES must be run or skip" >&2; exit 2 ;; esac
 GRPO_RUNS=${PROOF_GRPO_RUNS:-both}
 GRPO_LR_B=${GRPO_LR_B:-$(awk "BEGIN { print 2.5 * $GRPO_LR }")}
 case $GRPO_RUNS in
@@ -180,7 +186,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "baselines=$BASELINES;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -370,7 +376,9 @@ stage_pipeline() {
   step data & local data=$!
   step model || { wait; return 1; }
   wait "$data" || return 1
-  step baselines & local baselines=$!
+  local baselines=
+  if [ "$BASELINES" = run ]; then step baselines & baselines=$!
+  else log "stage baselines skipped (PROOF_BASELINES=skip)"; fi
   step sft || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!
   local sft_eval_rp=
