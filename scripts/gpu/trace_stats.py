@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from fathom.policies.moves import MISSING
 from fathom.rollout.episode import Episode
 
 UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
@@ -55,7 +56,7 @@ def reader_stats(rows: list[dict[str, Any]], budget: int = SUB_MAX_NEW_TOKENS) -
         "reader_calls": len(calls),
         "reader_replies_at_budget": sum(s["tokens"] >= budget for s in calls),
         "reader_replies_looping": sum(looping(s["reply"]) for s in calls),
-        "reader_replies_not_found": sum("not found" in s["reply"].lower() for s in calls),
+        "reader_replies_not_found": sum(MISSING in s["reply"].lower() for s in calls),
     }
 
 

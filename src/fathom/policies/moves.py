@@ -137,14 +137,12 @@ for i in reached[:30]:
     # the thought names what is followed and why it can be (an id: a digit, a dash or capitals in it), so the
     # rule behind the move is shown, not only the move: the student never sees the teacher's parse
     ids = named(terms)
-    # singular or plural: an id / ids, it / them, its / their, is / are
-    a_id, it, its, is_ = ("an id", "it", "its", "is") if len(terms) == 1 else ("ids", "them", "their", "are")
     return turn(
         rng,
         (
-            f"The search found {ids}, {a_id} of the question (a digit, dash or capitals): I follow {it} and the ids on {its} lines.",
-            f"The question names the {a_id.removeprefix('an ')} {ids} (a digit, dash or capitals), found above; I follow every id {its} lines reach.",
-            f"{ids} {is_} {a_id} the question names (a digit, dash or capitals): follow {it} and each new id {its} lines mention.",
+            f"The search found {ids}: the question's ids (a digit, dash or capitals). I follow the ids on those lines.",
+            f"The question names {ids}, shaped like ids (a digit, dash or capitals); I follow every id their lines reach.",
+            f"Ids of the question (a digit, dash or capitals) were found: {ids}. I follow each new id their lines mention.",
         ),
         code,
     )
