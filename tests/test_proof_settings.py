@@ -42,7 +42,7 @@ def test_one_trained_run_alone_gets_a_larger_memory_share(tmp_path):
 @pytest.mark.parametrize("runs", ["masked", "lr_pair", "trained "])
 def test_an_unknown_choice_of_runs_is_refused(tmp_path, runs):
     done = settings(tmp_path, PROOF_GRPO_RUNS=runs)
-    assert done.returncode == 2 and "PROOF_GRPO_RUNS must be both, lr-pair or trained" in done.stderr
+    assert done.returncode == 2 and "PROOF_GRPO_RUNS must be both, lr-pair, trained or none" in done.stderr
 
 
 def test_the_evaluations_repetition_penalty_is_logged(tmp_path):

@@ -109,7 +109,8 @@ esac
 GRPO_LR=${GRPO_LR:-$LR}
 # which GRPO runs train side by side after SFT. both: sub-calls trained (grpo/) and masked (grpo-masked/);
 # lr-pair: sub-calls trained at GRPO_LR (grpo/) and at GRPO_LR_B (grpo-b/), a learning rate chosen by
-# measurement; trained: grpo/ alone, with 1.5x the memory share and the GPU's compute to itself
+# measurement; trained: grpo/ alone, with 1.5x the memory share and the GPU's compute to itself; none: no
+# GRPO (a lease too short for GRPO after SFT measures what SFT alone learned: SFT and its evaluation only)
 # run: the baselines (direct, untrained scaffold) are evaluated beside SFT; skip: not in this run, where an
 # earlier run evaluated the same model on the same held-out files (their greedy results are the same), so SFT
 # has the GPU to itself and the lease's time goes to training (for proof_tables, put the earlier run's
@@ -121,7 +122,8 @@ GRPO_LR_B=${GRPO_LR_B:-$(awk "BEGIN { print 2.5 * $GRPO_LR }")}
 case $GRPO_RUNS in
   both|lr-pair) ;;
   trained) SHARE=$(awk "BEGIN { print 1.5 * $SHARE }") ;;
-  *) echo "PROOF_GRPO_RUNS must be both, lr-pair or trained" >&2; exit 2 ;;
+  none) ;;
+  *) echo "PROOF_GRPO_RUNS must be both, lr-pair, trained or none" >&2; exit 2 ;;
 esac
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
@@ -383,7 +385,9 @@ stage_pipeline() {
   step sft_eval & local sft_eval=$!
   local sft_eval_rp=
   if [ -n "$SFT_EVAL_REP_PENALTY" ]; then step sft_eval_rp & sft_eval_rp=$!; fi
-  { step grpo && step final; } & local trained=$!
+  local trained=
+  if [ "$GRPO_RUNS" != none ]; then { step grpo && step final; } & trained=$!
+  else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
   local second=
   case $GRPO_RUNS in
     both) { step grpo_masked && step final_masked; } & second=$! ;;
@@ -391,7 +395,7 @@ stage_pipeline() {
   esac
   local status=0
   for pid in $baselines $sft_eval $sft_eval_rp $trained $second; do wait "$pid" || status=1; done
-  step report || status=1
+  if [ "$GRPO_RUNS" != none ]; then step report || status=1; fi
   step pack
   return $status
 }

@@ -47,6 +47,24 @@ def test_cut_cell_runs_and_keeps_the_hit_paragraph_and_followed_identifiers():
     assert kept == ["[a.x-1]", "k = 1", "inherits = b.y-2", "[b.y-2]", "k = 2", "j = 5"]
 
 
+def test_a_quoted_phrase_with_an_apostrophe_is_searched_by_its_longest_part_without_one():
+    q = read_question("Which file includes \"can hurt me -- I've got them\" in its text? Also 'Sky'.")
+    assert q.quoted == ("can hurt me -- I've got them", "Sky")  # the question's own reading is unchanged
+    assert q.searched == ("can hurt me -- I", "Sky")
+    assert all("'" not in t for t in q.searched) and "can hurt me -- I" in q.quoted[0]
+    assert read_question('Find "o\'er" now.').searched == ("o'er",)  # no part of 8 characters: kept whole
+
+
+def test_a_cut_without_keys_keeps_every_line_in_a_form_the_student_copies():
+    # `set(range(len(lines)))` ends in Qwen2.5's rare ")))\n" token: run 11's student wrote "))\n" (its
+    # common neighbour) every time, 4 of 4, and the episode ended in a SyntaxError and its NameErrors
+    cell = cut_cell(random.Random(0), Cut(())).split("```repl\n")[1].split("```")[0]
+    assert not any(line.rstrip().endswith(")))") for line in cell.splitlines())
+    env = {"ctx": "a\n\nb\nc"}
+    exec(cell, env)
+    assert env["kept"] == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize(
     ("question", "replies", "final"),
     [

@@ -141,7 +141,7 @@ def filter_plan(q: Question, hits: dict[str, tuple[int, list[str]]]) -> Filter |
     tokens = set(_question_tokens(q))
     # A setting's name may be found only inside a search word's hits ('Retries' shows ``maxRetries = 6``).
     seen = [m.group(1) for _, shown in hits.values() for line in shown if (m := _SETTING.match(line))]
-    for term in dict.fromkeys([*q.quoted, *q.anchors, *(t for t in seen if t in tokens)]):
+    for term in dict.fromkeys([*q.searched, *q.anchors, *(t for t in seen if t in tokens)]):
         shown = [line for _, lines in hits.values() for line in lines if term in line]
         setting = re.compile(r"^\s*" + re.escape(term) + r"\s*[=:]\s*\S")
         if sum(bool(setting.match(line)) for line in shown) * 2 < max(len(shown), 3):

@@ -84,7 +84,7 @@ def _searched(keys: tuple[str, ...]) -> list[str]:
 
 def _keep_code(cut: Cut) -> str:
     if not cut.keys:
-        return "keep = set(range(len(lines)))"
+        return "keep = {i for i, line in enumerate(lines)}"
     code = f"""low = [k.lower() for k in {_searched(cut.keys)!r}]
 hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]"""
     if cut.headings:

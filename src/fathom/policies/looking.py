@@ -48,8 +48,22 @@ class Question:
     snake: tuple[str, ...] = ()  # "sync_pine": names in code or data, searched whole
 
     @property
+    def searched(self) -> tuple[str, ...]:
+        """The quoted phrases as search terms (`searchable`)."""
+        return tuple(dict.fromkeys(searchable(p) for p in self.quoted))
+
+    @property
     def words(self) -> list[str]:
         return [w for w in re.findall(r"[A-Za-z][a-z]{3,}", self.text) if w.lower() not in STOP]
+
+
+def searchable(phrase: str) -> str:
+    """`phrase` as the teacher searches for it: a phrase with a quote mark in it ("I've got them") by its
+    longest part without one, whose hits include the phrase's lines. The student writes search terms as
+    '...' literals, and an apostrophe inside one ends the string (run 11: a SyntaxError each time)."""
+    parts = [p.strip() for p in re.split(r"['\"]", phrase)]
+    longest = max(parts, key=len)
+    return longest if len(parts) > 1 and len(longest) >= 8 else phrase
 
 
 def read_question(text: str) -> Question:

@@ -106,7 +106,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     if shape and table_plan:
         yield table_cell(rng, shape, table_plan)
         return
-    terms = list(dict.fromkeys([*q.quoted, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
+    terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
@@ -161,7 +161,7 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
     snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
     named = [
-        t for t in dict.fromkeys([*q.quoted, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0
+        t for t in dict.fromkeys([*q.searched, *q.anchors, *snake, *q.names]) if hits.get(t, (0, []))[0] > 0
     ]
     prefixes = sight.heading_prefixes()
     keys, rare = named, _rare_first(named, hits, RARE_HITS)
