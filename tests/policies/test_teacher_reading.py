@@ -9,7 +9,7 @@ import pytest
 from fathom.eval.policies import TeacherPolicy
 from fathom.policies.excerpts import Cut, combine, cut_cell, parse_replies
 from fathom.policies.looking import Sight, read_question
-from fathom.policies.tabular import plan, table_shape
+from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.policies.teacher import parse_hits
 from fathom.tasks import generate_task
 
@@ -31,6 +31,20 @@ def test_the_table_plan_reads_columns_values_and_operation_from_the_question():
     )
     assert (top.op, top.cond, top.report) == ("argmax", "city", "id")
     assert plan(read_question("What is the capital of 'Sales'?"), shape) is None  # no numeric column named
+
+
+def test_the_table_cell_writes_no_line_that_mixes_quote_styles_and_computes_the_answer():
+    # run 12's student wrote the progress line's 'wind', "and a number" as 'wind", "and a number" (table_aggregate
+    # 58% in run 11, 0% in run 12): a line that alternates ' and " literals is one it mis-copies
+    shape = table_shape(Sight(head=HEAD))
+    assert shape is not None
+    p = plan(read_question("What is the total 'salary' among rows where 'dept' is 'Sales'?"), shape)
+    assert p is not None
+    code = table_cell(random.Random(0), shape, p).split("```repl\n")[1].split("```")[0]
+    assert not [line for line in code.splitlines() if "'" in line and '"' in line and "print(" in line]
+    answers = []
+    exec(code, {"ctx": HEAD, "FINAL": answers.append})
+    assert answers == [350]
 
 
 def test_parse_hits_reads_terms_printed_with_either_quote():

@@ -138,7 +138,7 @@ c, n = header.index({p.cond!r}), header.index({p.num!r})
 picked = [r for r in rows if r[c] == {v!r} and number(r[n]) is not None]
 vals = [number(r[n]) for r in picked]
 pairs = [(x, i) for i, x in enumerate(vals)]
-print(len(rows), "rows;", len(vals), "with", {p.cond!r}, "==", {v!r}, "and a number")
+print(len(rows), "rows;", len(vals), "picked, each with a number")
 {compute}
 """
     return turn(
