@@ -2,6 +2,7 @@
 
     python bench/gpu_rollouts.py decode --model "$M" --out bench/results/gpu_rollouts_decode.json
     python bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out ...
+    python bench/gpu_rollouts.py spec --model "$M" --tasks 64 [--ngram-speculative-tokens 4] --out ...
 
 ``decode``: tok/s of plain HF ``generate`` and of vLLM (one ``vllm.LLM``, the engine TRL colocates) at batch
 64, 256 and 1024 on real RLM prompts, without and with a LoRA adapter (r=32 on every linear layer, random
@@ -17,6 +18,13 @@ its own llm() calls), through vLLM with continuous batching (each turn and sub-c
 with turn-synchronous batches (``RolloutConfig.sync_turns``), same tasks, greedy; wall time and sampled
 tok/s of each, and the ratio. ``--async-scheduling`` / ``--max-num-batched-tokens`` / ``--max-num-seqs``
 set the engine's scheduler (`fathom.rollout.vllm_options`; vLLM's defaults otherwise).
+
+``spec``: the rollout engine on the same real tasks (as ``engine``, continuous batching, greedy) through two
+engines in one process, without and with n-gram speculative decoding (``--ngram-speculative-tokens``,
+`fathom.rollout.vllm_options`), each twice, interleaved: wall time and sampled tok/s of each and the ratio.
+Numerics in the same run: greedy decoding with speculation must give the engine's own outputs, so every turn's
+token ids are compared with the run without it (the share of turns identical, and of tokens up to the first
+difference), and over the identical prefixes ``max |log-prob(spec) - log-prob(no spec)|``.
 
 ``levers``: reads the GRPO runs ``scripts/gpu/rollouts.sh levers64 / levers256`` made (today's settings and
 the speed levers, same machine, same warm start) and puts them side by side: per run the measured steps
@@ -226,9 +234,12 @@ PAIRS = (("base64", "levers64"), ("base256", "levers256"))
 
 
 def engine_settings(log: str) -> dict[str, Any]:
-    """What vLLM says it ran with, from its start-up lines in a run's log."""
+    """What vLLM says it ran with, from its start-up lines in a run's log; None where it said nothing (the
+    stage's own echoed command line, "+ fathom grpo ... --rollout.vllm_max_num_batched_tokens=N", is not
+    the engine's word and is skipped)."""
     import re
 
+    log = "\n".join(line for line in log.splitlines() if not line.startswith("+ "))
     scheduling = re.findall(r"Asynchronous scheduling is (enabled|disabled)", log)
     tokens = re.findall(r"max_num_batched_tokens=(\d+)", log)
     return {"async_scheduling": scheduling[-1] if scheduling else None,
@@ -272,9 +283,90 @@ def levers(args: argparse.Namespace) -> dict[str, Any]:
     return {"levers": out, "lever_args": args.lever_args}
 
 
+def turn_agreement(plain: list[Any], spec: list[Any]) -> dict[str, Any]:
+    """How far the speculative run's turns agree with the plain run's, episode by episode (same tasks, greedy):
+    the share of turns with identical token ids, the share of tokens before each turn's first difference,
+    and the largest log-prob gap over those identical prefixes."""
+    turns = same = tokens = agreed = 0
+    gap = 0.0
+    for a, b in zip(plain, spec, strict=True):
+        if a.task_id != b.task_id:
+            raise ValueError(f"episodes out of order: {a.task_id} vs {b.task_id}")
+        for x, y in zip(a.turns, b.turns, strict=False):
+            turns += 1
+            same += x.ids == y.ids
+            n = next((i for i, (u, v) in enumerate(zip(x.ids, y.ids, strict=False)) if u != v),
+                     min(len(x.ids), len(y.ids)))  # fmt: skip
+            tokens += max(len(x.ids), len(y.ids))
+            agreed += n
+            if x.logprobs and y.logprobs:
+                gap = max([gap, *(abs(u - v) for u, v in zip(x.logprobs[:n], y.logprobs[:n], strict=True))])
+    return {"turns": turns, "turns_identical": round(same / max(turns, 1), 4),
+            "tokens_before_first_difference": round(agreed / max(tokens, 1), 4), "max_logprob_gap": round(gap, 4)}  # fmt: skip
+
+
+def spec(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoTokenizer
+
+    from fathom.models.loading import resolve_model_dir
+    from fathom.rollout import ChatFormat, RolloutConfig, Sampling, VLLMBackend
+    from fathom.rollout.vllm_options import VLLMEngineOptions, merged_kwargs
+    from fathom.rollout.wiring import build_engine, running, vllm_service
+    from fathom.tasks import generate_task
+
+    path = str(resolve_model_dir(args.model))
+    chat = ChatFormat(AutoTokenizer.from_pretrained(path))
+    base = VLLMEngineOptions(args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
+    with_spec = VLLMEngineOptions(
+        args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs,
+        ngram_speculative_tokens=args.ngram_speculative_tokens,
+    )  # fmt: skip
+    engines = {
+        name: VLLMBackend(
+            path,
+            gpu_memory_utilization=0.3,
+            max_model_len=8192,
+            dtype="bfloat16",
+            **merged_kwargs({}, options),
+        ).llm
+        for name, options in (("plain", base), ("spec", with_spec))
+    }
+    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
+    tasks = [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(args.tasks)]
+    config = RolloutConfig(
+        max_turns=4,
+        max_total_tokens=2560,
+        sampling=Sampling(max_new_tokens=384, temperature=0.0, logprobs=True),
+        sub_sampling=Sampling(max_new_tokens=96, temperature=0.0),
+        context_tokens=8192,
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    episodes: dict[str, list[Any]] = {}
+    for name in ("plain", "spec", "plain", "spec"):  # each twice, interleaved
+        service = vllm_service(engines[name])
+        eng = build_engine(service, chat, config, "policy")
+        t0 = time.perf_counter()
+        with running(service):
+            episodes[name] = eng.run_sync(tasks)
+        wall = time.perf_counter() - t0
+        row = {"wall_s": round(wall, 2), "sampled_tokens": service.stats.tokens,
+               "tok_s": round(service.stats.tokens / wall, 1), "requests": service.stats.requests,
+               "turns": sum(len(e.turns) for e in episodes[name]),
+               "correct": sum(e.correct for e in episodes[name])}  # fmt: skip
+        print(name, json.dumps(row), flush=True)
+        out.setdefault(name, []).append(row)
+    agreement = turn_agreement(episodes["plain"], episodes["spec"])
+    best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
+    ratio = best["plain"]["wall_s"] / best["spec"]["wall_s"]
+    print(f"spec / plain speed (wall time, best of two): {ratio:.2f}x; agreement {json.dumps(agreement)}")
+    return {"spec": out, "speedup_wall": round(ratio, 2), "agreement": agreement, "tasks": args.tasks,
+            "ngram_speculative_tokens": args.ngram_speculative_tokens, "device": torch.cuda.get_device_name()}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("decode", "engine", "levers"))
+    parser.add_argument("what", choices=("decode", "engine", "spec", "levers"))
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -283,6 +375,12 @@ def main() -> None:
     parser.add_argument("--async-scheduling", default="auto", help="engine: auto | on | off")
     parser.add_argument("--max-num-batched-tokens", type=int, default=0, help="engine: 0 = vLLM's")
     parser.add_argument("--max-num-seqs", type=int, default=0, help="engine: 0 = vLLM's")
+    parser.add_argument(
+        "--ngram-speculative-tokens",
+        type=int,
+        default=4,
+        help="spec: tokens proposed a step by n-gram lookup",
+    )
     parser.add_argument("--runs", type=Path, help="levers: the folder holding the runs")
     parser.add_argument(
         "--logs", type=Path, help="levers: the folder holding the runs' logs (default --runs)"
@@ -290,7 +388,7 @@ def main() -> None:
     parser.add_argument("--lever-args", default="", help="levers: the options the lever runs added")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    result = {"decode": decode, "engine": engine, "levers": levers}[args.what](args)
+    result = {"decode": decode, "engine": engine, "spec": spec, "levers": levers}[args.what](args)
     result["command"] = "python bench/gpu_rollouts.py " + " ".join(sys.argv[1:])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@
 # stage_smollm2_part{1,2}.sh and stage_vllm.sh a/b/d; every figure beside its baseline, same run):
 #   scripts/gpu/rollouts.sh decode      plain generate vs vLLM, +-LoRA, batch 64/256/1024, numerics vs eager
 #   scripts/gpu/rollouts.sh engine      continuous batching vs turn-synchronous batches, same tasks
+#   scripts/gpu/rollouts.sh spec        the engine without and with n-gram speculative decoding, same tasks,
+#                                       greedy: speed and how far the turns agree (the same outputs expected)
 #   scripts/gpu/rollouts.sh sft         a small SFT warm start (expert transcripts) for the GRPO steps
 #   scripts/gpu/rollouts.sh evalvllm    fathom eval through vLLM (rlm and direct, the SFT model, 16 tasks)
 #   scripts/gpu/rollouts.sh grpo64      GRPO after SFT through TRL's colocated vLLM: 64 rollouts a step
@@ -13,7 +15,8 @@
 #   scripts/gpu/rollouts.sh levers256   the same at 256 rollouts; ~5 min (steps of 25-40 s). Each writes
 #                                       $OUT/gpu_rollouts_levers.json with every pair measured so far, side by
 #                                       side (bench/gpu_rollouts.py levers): copy it to bench/results/
-#   (the levers stages need the sft stage's warm start on the same warm machine)
+#   (the levers stages need the sft stage's warm start on the same warm machine; another lever set:
+#   LEVERS="--rollout.vllm_ngram_speculative_tokens=4" bash scripts/gpu/rollouts.sh levers64)
 # Results go to $OUT (JSON and logs); bench/results/gpu_rollouts.json is assembled from them here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,7 +59,7 @@ grpo() { # NAME PER_DEVICE GA [EXTRA ...]: GRPO after SFT, LoRA, vLLM colocated,
 }
 levers() { # ROLLOUTS GA: today's settings, then the levers, same warm start; then every pair so far side by side
   # shellcheck disable=SC2086  # LEVERS is a list of options
-  GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2"
+  GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2" --grpo.group_by_length=false  # the recipe groups since the levers ran
   GRPO_STEPS=${GRPO_STEPS:-2} grpo "levers$1" 16 "$2" $LEVERS --rollout.vllm_max_num_seqs=$((2 * $1))
   python3 bench/gpu_rollouts.py levers --runs "$D" --logs "$O" --lever-args "$LEVERS" \
     --out "$O/gpu_rollouts_levers.json" 2>&1 | tee "$O/levers$1_summary.txt"
@@ -66,6 +69,7 @@ for stage in "$@"; do
   case $stage in
     decode) python3 bench/gpu_rollouts.py decode --model "$M" --out "$O/decode.json" 2>&1 | tee "$O/decode.log" ;;
     engine) python3 bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out "$O/engine.json" 2>&1 | tee "$O/engine.log" ;;
+    spec) python3 bench/gpu_rollouts.py spec --model "$M" --tasks 64 --out "$O/spec.json" 2>&1 | tee "$O/spec.log" ;;
     sft)
       fathom data build --out "$D/data" --seed 8 --train 256 --eval 16 --heldout 16 --train-lengths 8K 16K 32K \
         --eval-lengths 8K --heldout-lengths 8K --no-progress

@@ -26,10 +26,16 @@ def write_run(root: Path, name: str, steps: list[tuple[float, float, float]], lo
 
 
 def test_pairs_are_compared_without_the_warm_up_step(tmp_path):
-    base_log = "INFO Chunked prefill is enabled with max_num_batched_tokens=4096.\nAsynchronous scheduling is enabled.\n"
+    base_log = (
+        "+ fathom grpo --rollout.vllm_max_num_batched_tokens=16384\n"  # the command, not the engine: skipped
+        "INFO Chunked prefill is enabled with max_num_batched_tokens=4096.\nAsynchronous scheduling is enabled.\n"
+    )
     write_run(tmp_path, "base64", [(30.0, 20.0, 1000.0), (12.0, 8.0, 6000.0), (10.0, 6.0, 8000.0)], base_log)
     write_run(
-        tmp_path, "levers64", [(25.0, 15.0, 1000.0), (6.0, 4.0, 12000.0)], "max_num_batched_tokens=16384"
+        tmp_path,
+        "levers64",
+        [(25.0, 15.0, 1000.0), (6.0, 4.0, 12000.0)],
+        "+ fathom grpo --rollout.vllm_max_num_batched_tokens=16384\n",  # vLLM said nothing: not read as its word
     )
     out = tmp_path / "levers.json"
     cmd = [
@@ -51,7 +57,7 @@ def test_pairs_are_compared_without_the_warm_up_step(tmp_path):
     assert pair["speedup"]["step_s"] == round(11.0 / 6.0, 3)
     assert pair["speedup"]["sampled_tok_s"] == round(12000.0 / 7000.0, 3)
     assert pair["base64"]["engine"] == {"async_scheduling": "enabled", "max_num_batched_tokens": 4096}
-    assert pair["levers64"]["engine"] == {"async_scheduling": None, "max_num_batched_tokens": 16384}
+    assert pair["levers64"]["engine"] == {"async_scheduling": None, "max_num_batched_tokens": None}
     assert pair["levers64"]["logp_diff_mean"] == 0.02 and "256" not in result["levers"]
     assert result["lever_args"] == "X" and result["command"].startswith("python bench/gpu_rollouts.py levers")
 
