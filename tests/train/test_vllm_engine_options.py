@@ -57,6 +57,7 @@ def test_the_config_reaches_the_engine_over_trls_values(recorded):
         vllm_max_num_batched_tokens=16384,
         vllm_max_num_seqs=192,
         vllm_kv_cache_gib=1.5,
+        vllm_ngram_speculative_tokens=4,
     )
     with colocated_engine(section.vllm_engine()):
         trl_engine(64)
@@ -66,8 +67,12 @@ def test_the_config_reaches_the_engine_over_trls_values(recorded):
     assert ours["async_scheduling"] is True
     assert ours["max_num_batched_tokens"] == 16384 and ours["max_num_seqs"] == 192
     assert ours["kv_cache_memory_bytes"] == 3 * 2**29
+    assert ours["speculative_config"] == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+    }  # fmt: skip
     assert ours["logprobs_mode"] == "processed_logprobs" == plain["logprobs_mode"]  # TRL's others stay
     assert plain["max_num_batched_tokens"] == 4096 and "async_scheduling" not in plain
+    assert "speculative_config" not in plain
 
 
 def test_async_scheduling_off_is_passed_as_false():
@@ -95,6 +100,7 @@ def test_an_engine_vllm_would_refuse_fails_before_it_starts(recorded):
         ("vllm_async_scheduling", "yes", "vllm_async_scheduling"),
         ("vllm_max_num_batched_tokens", -1, "vllm_max_num_batched_tokens"),
         ("vllm_max_num_seqs", -2, "vllm_max_num_seqs"),
+        ("vllm_ngram_speculative_tokens", -1, "vllm_ngram_speculative_tokens"),
     ],
 )
 def test_bad_values_are_refused_by_name(key, value, match):

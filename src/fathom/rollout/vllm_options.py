@@ -15,6 +15,13 @@ The options (vLLM 0.26's names):
 - ``max_num_seqs``: sequences decoding at once. TRL sets per-device batch x steps per generation, which
   the policy's concurrent ``llm()`` requests can exceed (they then wait for a free slot).
 - ``kv_cache_gib``: a KV cache of this size, skipping vLLM's start-up memory profile.
+- ``ngram_speculative_tokens``: speculative decoding by n-gram lookup (vLLM's ``ngram`` method, no draft
+  model): up to this many tokens a step are proposed from earlier text of the same sequence (its prompt and
+  what it generated) that ends like the last 2-4 tokens, and the model checks them all in one forward pass.
+  Rejection sampling keeps the model's own distribution, so the outputs and log-probs are the model's; what
+  it can save is decode steps, where a sequence repeats text it has seen (the RLM's code copies the
+  question's terms and its own earlier cells). GRPO's generation at 64 rollouts is bound by exactly those
+  sequential decode steps (bench/RESULTS.md, "The speed levers").
 
 Zero / "auto" means: pass nothing, the caller's (TRL's or vLLM's) value stands. This module imports no vLLM
 and checks only what vLLM 0.26's ``SchedulerConfig`` would reject at start-up, so that a bad value fails
@@ -27,6 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 ASYNC_SCHEDULING = ("auto", "on", "off")
+# The n-gram match that proposes tokens: the last 2 to 4 tokens found earlier in the sequence (vLLM's default,
+# 5 and 5, rarely matches the short repeats of code: a variable name, a call, a quoted term)
+NGRAM_LOOKUP = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -35,13 +45,14 @@ class VLLMEngineOptions:
     max_num_batched_tokens: int = 0  # 0: the caller's (TRL: 4,096; vLLM's LLM on an H200: 16,384)
     max_num_seqs: int = 0  # 0: the caller's (TRL: per-device batch x steps per generation)
     kv_cache_gib: float = 0.0  # 0: vLLM profiles free memory at start-up and sizes the cache itself
+    ngram_speculative_tokens: int = 0  # 0: no speculative decoding
 
     def __post_init__(self) -> None:
         if self.async_scheduling not in ASYNC_SCHEDULING:
             raise ValueError(
                 f"async_scheduling must be one of {', '.join(ASYNC_SCHEDULING)}; got {self.async_scheduling!r}"
             )
-        for name in ("max_num_batched_tokens", "max_num_seqs", "kv_cache_gib"):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "kv_cache_gib", "ngram_speculative_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: the caller's default); got {getattr(self, name)}")
 
@@ -57,6 +68,13 @@ def engine_kwargs(options: VLLMEngineOptions) -> dict[str, Any]:
         out["max_num_seqs"] = options.max_num_seqs
     if options.kv_cache_gib:
         out["kv_cache_memory_bytes"] = int(options.kv_cache_gib * 2**30)
+    if options.ngram_speculative_tokens:
+        out["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": options.ngram_speculative_tokens,
+            "prompt_lookup_min": NGRAM_LOOKUP[0],
+            "prompt_lookup_max": NGRAM_LOOKUP[1],
+        }
     return out
 
 

@@ -110,6 +110,8 @@ class RolloutSection:
     vllm_async_scheduling: str = "auto"
     vllm_max_num_batched_tokens: int = 0
     vllm_max_num_seqs: int = 0
+    # > 0: n-gram speculative decoding, up to this many proposed tokens a step (the model's own outputs)
+    vllm_ngram_speculative_tokens: int = 0
     # continuous: each turn goes to the engine when ready; turns: every live episode's turn in one batch
     # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
     # turns with HF generate
@@ -137,6 +139,7 @@ class RolloutSection:
             max_num_batched_tokens=self.vllm_max_num_batched_tokens,
             max_num_seqs=self.vllm_max_num_seqs,
             kv_cache_gib=self.vllm_kv_cache_gib,
+            ngram_speculative_tokens=self.vllm_ngram_speculative_tokens,
         )
 
     def __post_init__(self) -> None:
@@ -147,7 +150,10 @@ class RolloutSection:
         _positive(
             "rollout", self, "temperature", "top_k", "max_subcall_rows", "vllm_kv_cache_gib", allow_zero=True
         )
-        _positive("rollout", self, "vllm_max_num_batched_tokens", "vllm_max_num_seqs", allow_zero=True)
+        _positive(
+            "rollout", self, "vllm_max_num_batched_tokens", "vllm_max_num_seqs", "vllm_ngram_speculative_tokens",
+            allow_zero=True,
+        )  # fmt: skip
         _one_of("rollout", "vllm_async_scheduling", self.vllm_async_scheduling, ASYNC_SCHEDULING)
         tokens, seqs = self.vllm_max_num_batched_tokens, self.vllm_max_num_seqs
         if tokens and seqs and tokens < seqs:
