@@ -15,8 +15,8 @@
 #   scripts/gpu/rollouts.sh levers256   the same at 256 rollouts; ~5 min (steps of 25-40 s). Each writes
 #                                       $OUT/gpu_rollouts_levers.json with every pair measured so far, side by
 #                                       side (bench/gpu_rollouts.py levers): copy it to bench/results/
-#   (the levers stages need the sft stage's warm start on the same warm machine; another lever set:
-#   LEVERS="--rollout.vllm_ngram_speculative_tokens=4" bash scripts/gpu/rollouts.sh levers64)
+#   (the levers stages need the sft stage's warm start on the same warm machine; one lever against today's
+#   recipe: BASE_ARGS= LEVERS="--rollout.vllm_ngram_speculative_tokens=4" bash scripts/gpu/rollouts.sh levers64)
 # Results go to $OUT (JSON and logs); bench/results/gpu_rollouts.json is assembled from them here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,6 +43,9 @@ PY
 # to start where it cannot; 4x TRL's batched tokens) and fewer padded tokens in the trainer's forwards. The
 # stages add max_num_seqs = 2 x the rollouts (room for the policy's llm() requests beside its turns).
 LEVERS=${LEVERS:---rollout.vllm_async_scheduling=on --rollout.vllm_max_num_batched_tokens=16384 --grpo.group_by_length=true}
+# what the baseline run adds to the recipe: by default the settings before the levers (the recipe groups by
+# length since they were measured); BASE_ARGS= (empty) compares a lever with today's recipe
+BASE_ARGS=${BASE_ARGS---grpo.group_by_length=false}
 grpo() { # NAME PER_DEVICE GA [EXTRA ...]: GRPO after SFT, LoRA, vLLM colocated, 4 turns x 384 tokens, sub-calls
   local name=$1 per=$2 ga=$3; shift 3
   rm -rf "$D/$name"
@@ -59,7 +62,8 @@ grpo() { # NAME PER_DEVICE GA [EXTRA ...]: GRPO after SFT, LoRA, vLLM colocated,
 }
 levers() { # ROLLOUTS GA: today's settings, then the levers, same warm start; then every pair so far side by side
   # shellcheck disable=SC2086  # LEVERS is a list of options
-  GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2" --grpo.group_by_length=false  # the recipe groups since the levers ran
+  # shellcheck disable=SC2086  # BASE_ARGS too
+  GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2" $BASE_ARGS
   GRPO_STEPS=${GRPO_STEPS:-2} grpo "levers$1" 16 "$2" $LEVERS --rollout.vllm_max_num_seqs=$((2 * $1))
   python3 bench/gpu_rollouts.py levers --runs "$D" --logs "$O" --lever-args "$LEVERS" \
     --out "$O/gpu_rollouts_levers.json" 2>&1 | tee "$O/levers$1_summary.txt"

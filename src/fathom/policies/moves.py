@@ -198,7 +198,7 @@ def asked_about(q: Question) -> list[str]:
     """The names the question asks *about* (its identifiers, quoted and snake_case names, proper names):
     a reply that is one of them repeats the question instead of answering it. A name the question offers
     as a choice (``'a' or 'b'``, ``X / Y / Z``, ``A, B and C``) is left out: the answer may be one of those."""
-    terms = list(dict.fromkeys([*q.anchors, *q.searched, *q.snake, *q.names]))
+    terms = list(dict.fromkeys([*q.anchors, *q.quoted, *q.snake, *q.names]))
     text = q.text
 
     def offered(t: str) -> bool:
