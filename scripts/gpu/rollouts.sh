@@ -49,6 +49,9 @@ BASE_ARGS=${BASE_ARGS---grpo.group_by_length=false}
 grpo() { # NAME PER_DEVICE GA [EXTRA ...]: GRPO after SFT, LoRA, vLLM colocated, 4 turns x 384 tokens, sub-calls
   local name=$1 per=$2 ga=$3; shift 3
   rm -rf "$D/$name"
+  # vLLM's start-up INFO lines (async scheduling, batched tokens) into the log for `gpu_rollouts.py levers`:
+  # TRL sets VLLM_LOGGING_LEVEL=ERROR where it is unset (trl/_compat.py)
+  VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-INFO} \
   fathom grpo --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/$name" --run.device=cuda --model.name="$M" \
     --model.init_from="$D/sft/final/model" --data.train_tasks="$D/data/train.jsonl" \
     --data.eval_tasks="$D/data/eval.jsonl" --grpo.max_steps="${GRPO_STEPS:-4}" \
