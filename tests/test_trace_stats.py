@@ -102,3 +102,22 @@ def test_counts_the_readers_replies_at_budget_looping_and_not_found():
     }
     assert trace_stats.episode_stats([row])["reader_replies_looping"] == 2
     assert not trace_stats.looping("")
+
+
+def test_the_floors_name_the_grpo_run_that_finished_and_none_without_grpo(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))
+    spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
+    proof_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proof_tables)
+
+    def split(accuracy: float) -> dict:
+        return {"groups": {"all": {"accuracy": accuracy}}}
+
+    sft = {"rlm-sft": {"heldout": split(0.3), "heldout_unseen": split(0.0)}}
+    only_sft = proof_tables.floors(sft, [])
+    assert only_sft["grpo_run"] is None and only_sft["in_distribution_at_least_75pct"] == {
+        "value": None,
+        "met": None,
+    }
+    masked = proof_tables.floors({**sft, "rlm-grpo-masked": {"heldout": split(0.8)}}, [])
+    assert masked["grpo_run"] == "rlm-grpo-masked" and masked["in_distribution_at_least_75pct"]["met"] is True

@@ -109,11 +109,12 @@ def comparisons(found: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
 def floors(found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, Any]]) -> dict[str, Any]:
     """The issue's floors, each with the measured value and whether it is met (None: not measured)."""
 
-    def acc(name: str, split: str) -> float | None:
-        d = found.get(name, {}).get(split)
+    def acc(name: str | None, split: str) -> float | None:
+        d = found.get(name or "", {}).get(split)
         return None if d is None else d["groups"]["all"]["accuracy"]
 
-    grpo = "rlm-grpo" if "rlm-grpo" in found else "rlm-grpo-masked"  # the SFT+GRPO run that finished
+    # the SFT+GRPO run that finished; None where none did (PROOF_GRPO_RUNS=none: SFT only)
+    grpo = next((name for name in ("rlm-grpo", "rlm-grpo-masked") if name in found), None)
     grpo_u, direct_u, sft_u, grpo_s = (
         acc(grpo, "heldout_unseen"),
         acc("direct", "heldout_unseen"),
