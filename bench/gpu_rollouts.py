@@ -22,7 +22,8 @@ set the engine's scheduler (`fathom.rollout.vllm_options`; vLLM's defaults other
 ``spec``: the rollout engine on the same real tasks (as ``engine``, continuous batching, greedy) through two
 engines in one process, without and with n-gram speculative decoding (``--ngram-speculative-tokens``,
 `fathom.rollout.vllm_options`), each twice, interleaved: wall time and sampled tok/s of each and the ratio.
-Numerics in the same run: greedy decoding with speculation must give the engine's own outputs, so every turn's
+Numerics in the same run: each engine's greedy outputs on 8 prompts scored by the eager model (as ``decode``
+checks its paths); and greedy decoding with speculation must give the engine's own outputs, so every turn's
 token ids are compared with the run without it (the share of turns identical, and of tokens up to the first
 difference), and over the identical prefixes ``max |log-prob(spec) - log-prob(no spec)|``.
 
@@ -170,48 +171,65 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
             "new_tokens": args.new_tokens, "device": torch.cuda.get_device_name()}  # fmt: skip
 
 
+def rlm_tasks(n: int) -> list[Any]:
+    """The `engine` and `spec` benchmarks' tasks: 7 original families, 8K-32K tokens."""
+    from fathom.tasks import generate_task
+
+    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
+    return [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(n)]
+
+
+def rlm_config(temperature: float, sync_turns: bool = False) -> Any:
+    """4 turns x 384 tokens (2,560 in all), the policy's own llm() replies of up to 96 tokens, greedy."""
+    from fathom.rollout import RolloutConfig, Sampling
+
+    return RolloutConfig(
+        max_turns=4,
+        max_total_tokens=2560,
+        sampling=Sampling(max_new_tokens=384, temperature=temperature, logprobs=True),
+        sub_sampling=Sampling(max_new_tokens=96, temperature=0.0),
+        context_tokens=8192,
+        sync_turns=sync_turns,
+    )
+
+
+def timed_episodes(llm: Any, chat: Any, config: Any, tasks: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The tasks played through `llm` by the rollout engine, and the run's wall time and sampled tokens."""
+    from fathom.rollout.wiring import build_engine, running, vllm_service
+
+    service = vllm_service(llm)
+    eng = build_engine(service, chat, config, "policy")
+    t0 = time.perf_counter()
+    with running(service):
+        episodes = eng.run_sync(tasks)
+    wall = time.perf_counter() - t0
+    s = service.stats
+    row = {"wall_s": round(wall, 2), "sampled_tokens": s.tokens, "tok_s": round(s.tokens / wall, 1),
+           "requests": s.requests, "peak_batch": s.peak_batch,
+           "subcalls": sum(len(e.subcalls) for e in episodes),
+           "turns": sum(len(e.turns) for e in episodes), "correct": sum(e.correct for e in episodes)}  # fmt: skip
+    return episodes, row
+
+
 def engine(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer
 
     from fathom.models.loading import resolve_model_dir
-    from fathom.rollout import ChatFormat, RolloutConfig, Sampling, VLLMBackend
-    from fathom.rollout.wiring import build_engine, running, vllm_service
-    from fathom.tasks import generate_task
-
-    path = str(resolve_model_dir(args.model))
-    tok = AutoTokenizer.from_pretrained(path)
-    chat = ChatFormat(tok)
+    from fathom.rollout import ChatFormat, VLLMBackend
     from fathom.rollout.vllm_options import VLLMEngineOptions, merged_kwargs
 
+    path = str(resolve_model_dir(args.model))
+    chat = ChatFormat(AutoTokenizer.from_pretrained(path))
     options = VLLMEngineOptions(args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
     llm = VLLMBackend(
         path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16", **merged_kwargs({}, options)
     ).llm
-    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
-    tasks = [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(args.tasks)]
+    tasks = rlm_tasks(args.tasks)
     out = {}
     for sync in (True, False, True, False):  # each mode twice, interleaved
-        config = RolloutConfig(
-            max_turns=4,
-            max_total_tokens=2560,
-            sampling=Sampling(max_new_tokens=384, temperature=args.temperature, logprobs=True),
-            sub_sampling=Sampling(max_new_tokens=96, temperature=0.0),
-            context_tokens=8192,
-            sync_turns=sync,
-        )
-        service = vllm_service(llm)
-        eng = build_engine(service, chat, config, "policy")
-        t0 = time.perf_counter()
-        with running(service):
-            episodes = eng.run_sync(tasks)
-        wall = time.perf_counter() - t0
-        s = service.stats
+        _, row = timed_episodes(llm, chat, rlm_config(args.temperature, sync), tasks)
         key = "turn_sync" if sync else "continuous"
-        row = {"wall_s": round(wall, 2), "sampled_tokens": s.tokens, "tok_s": round(s.tokens / wall, 1),
-               "requests": s.requests, "peak_batch": s.peak_batch,
-               "subcalls": sum(len(e.subcalls) for e in episodes),
-               "turns": sum(len(e.turns) for e in episodes), "correct": sum(e.correct for e in episodes)}  # fmt: skip
         print(key, json.dumps(row), flush=True)
         out.setdefault(key, []).append(row)
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
@@ -307,61 +325,49 @@ def turn_agreement(plain: list[Any], spec: list[Any]) -> dict[str, Any]:
 
 def spec(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fathom.models.loading import resolve_model_dir
-    from fathom.rollout import ChatFormat, RolloutConfig, Sampling, VLLMBackend
+    from fathom.rollout import ChatFormat, Sampling, VLLMBackend
     from fathom.rollout.vllm_options import VLLMEngineOptions, merged_kwargs
-    from fathom.rollout.wiring import build_engine, running, vllm_service
-    from fathom.tasks import generate_task
 
     path = str(resolve_model_dir(args.model))
     chat = ChatFormat(AutoTokenizer.from_pretrained(path))
-    base = VLLMEngineOptions(args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
-    with_spec = VLLMEngineOptions(
-        args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs,
-        ngram_speculative_tokens=args.ngram_speculative_tokens,
-    )  # fmt: skip
-    engines = {
-        name: VLLMBackend(
-            path,
-            gpu_memory_utilization=0.3,
-            max_model_len=8192,
-            dtype="bfloat16",
-            **merged_kwargs({}, options),
-        ).llm
-        for name, options in (("plain", base), ("spec", with_spec))
+    scheduler = (args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
+    options = {
+        "plain": VLLMEngineOptions(*scheduler),
+        "spec": VLLMEngineOptions(*scheduler, ngram_speculative_tokens=args.ngram_speculative_tokens),
     }
-    families = ["niah", "multikey", "vartrack", "oolong", "pairs", "babi", "keychain"]
-    tasks = [generate_task(families[i % 7], 100 + i, 8192 * (1 + i % 4)) for i in range(args.tasks)]
-    config = RolloutConfig(
-        max_turns=4,
-        max_total_tokens=2560,
-        sampling=Sampling(max_new_tokens=384, temperature=0.0, logprobs=True),
-        sub_sampling=Sampling(max_new_tokens=96, temperature=0.0),
-        context_tokens=8192,
-    )
+    backends = {
+        name: VLLMBackend(
+            path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16", **merged_kwargs({}, o)
+        )
+        for name, o in options.items()
+    }
+    # each engine's greedy tokens and log-probs against the eager model, as `decode` checks its paths
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    prompts = prompts_for(chat, 8)
+    greedy = Sampling(max_new_tokens=32, temperature=0.0, logprobs=True)
+    eager = {}
+    for name, backend in backends.items():
+        err, agree = eager_check(model, prompts, backend.generate(prompts, greedy))
+        eager[name] = {"max_logprob_err": round(err, 4), "greedy_eq_eager_argmax": round(agree, 4)}
+        print(name, "against the eager model", json.dumps(eager[name]), flush=True)
+    del model
+    tasks, config = rlm_tasks(args.tasks), rlm_config(0.0)
     out: dict[str, list[dict[str, Any]]] = {}
     episodes: dict[str, list[Any]] = {}
     for name in ("plain", "spec", "plain", "spec"):  # each twice, interleaved
-        service = vllm_service(engines[name])
-        eng = build_engine(service, chat, config, "policy")
-        t0 = time.perf_counter()
-        with running(service):
-            episodes[name] = eng.run_sync(tasks)
-        wall = time.perf_counter() - t0
-        row = {"wall_s": round(wall, 2), "sampled_tokens": service.stats.tokens,
-               "tok_s": round(service.stats.tokens / wall, 1), "requests": service.stats.requests,
-               "turns": sum(len(e.turns) for e in episodes[name]),
-               "correct": sum(e.correct for e in episodes[name])}  # fmt: skip
+        episodes[name], row = timed_episodes(backends[name].llm, chat, config, tasks)
         print(name, json.dumps(row), flush=True)
         out.setdefault(name, []).append(row)
     agreement = turn_agreement(episodes["plain"], episodes["spec"])
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
     ratio = best["plain"]["wall_s"] / best["spec"]["wall_s"]
     print(f"spec / plain speed (wall time, best of two): {ratio:.2f}x; agreement {json.dumps(agreement)}")
-    return {"spec": out, "speedup_wall": round(ratio, 2), "agreement": agreement, "tasks": args.tasks,
-            "ngram_speculative_tokens": args.ngram_speculative_tokens, "device": torch.cuda.get_device_name()}  # fmt: skip
+    return {"spec": out, "speedup_wall": round(ratio, 2), "eager_check": eager, "agreement": agreement,
+            "tasks": args.tasks, "ngram_speculative_tokens": args.ngram_speculative_tokens,
+            "device": torch.cuda.get_device_name()}  # fmt: skip
 
 
 def main() -> None:

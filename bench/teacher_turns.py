@@ -43,6 +43,7 @@ def main() -> None:
     tasks = [T.generate_task(f, s, n) for f in families for s in range(args.seeds) for n in args.lengths]
     episodes = play_teacher(chat, tasks, args.max_turns, sub_max_input_tokens=args.sub_input_tokens)
     lengths = [len(t.ids) for e in episodes for t in e.turns]
+    over = [e.task_id for e in episodes if any(len(t.ids) > TURN_BUDGET for t in e.turns)]
     record = {
         "families": "unseen" if args.unseen else "training",
         "sub_input_tokens": args.sub_input_tokens,
@@ -51,10 +52,8 @@ def main() -> None:
         "turns": len(lengths),
         "longest_turn": max(lengths),
         "mean_turn": round(sum(lengths) / len(lengths), 1),
-        f"transcripts_with_a_turn_over_{TURN_BUDGET}": sum(
-            any(len(t.ids) > TURN_BUDGET for t in e.turns) for e in episodes
-        ),
-        "over_budget_tasks": [e.task_id for e in episodes if any(len(t.ids) > TURN_BUDGET for t in e.turns)],
+        f"transcripts_with_a_turn_over_{TURN_BUDGET}": len(over),
+        "over_budget_tasks": over,
     }
     print(json.dumps(record))
 
