@@ -20,8 +20,9 @@ tok/s of each, and the ratio. ``--async-scheduling`` / ``--max-num-batched-token
 set the engine's scheduler (`fathom.rollout.vllm_options`; vLLM's defaults otherwise).
 
 ``spec``: the rollout engine on the same real tasks (as ``engine``, continuous batching, greedy) through two
-engines in one process, without and with n-gram speculative decoding (``--ngram-speculative-tokens``,
-`fathom.rollout.vllm_options`), each twice, interleaved: wall time and sampled tok/s of each and the ratio.
+engines, without and with n-gram speculative decoding (``--ngram-speculative-tokens``,
+`fathom.rollout.vllm_options`), each in a process of its own (``spec-engine``), one after the other, each run
+twice: wall time and sampled tok/s of each and the ratio.
 Numerics in the same run: each engine's greedy outputs on 8 prompts scored by the eager model (as ``decode``
 checks its paths); and greedy decoding with speculation must give the engine's own outputs, so every turn's
 token ids are compared with the run without it (the share of turns identical, and of tokens up to the first
@@ -323,7 +324,9 @@ def turn_agreement(plain: list[Any], spec: list[Any]) -> dict[str, Any]:
             "tokens_before_first_difference": round(agreed / max(tokens, 1), 4), "max_logprob_gap": round(gap, 4)}  # fmt: skip
 
 
-def spec(args: argparse.Namespace) -> dict[str, Any]:
+def spec_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """One engine of `spec` (``--engine plain|spec``), in a process of its own: its check against the eager
+    model, its two timed runs, and every episode's turns (token ids and log-probs) for the comparison."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -333,46 +336,75 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
 
     path = str(resolve_model_dir(args.model))
     chat = ChatFormat(AutoTokenizer.from_pretrained(path))
-    scheduler = (args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs)
-    options = {
-        "plain": VLLMEngineOptions(*scheduler),
-        "spec": VLLMEngineOptions(*scheduler, ngram_speculative_tokens=args.ngram_speculative_tokens),
-    }
-    backends = {
-        name: VLLMBackend(
-            path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16", **merged_kwargs({}, o)
-        )
-        for name, o in options.items()
-    }
-    # each engine's greedy tokens and log-probs against the eager model, as `decode` checks its paths
+    k = args.ngram_speculative_tokens if args.engine == "spec" else 0
+    options = VLLMEngineOptions(
+        args.async_scheduling, args.max_num_batched_tokens, args.max_num_seqs, ngram_speculative_tokens=k
+    )
+    started = time.perf_counter()
+    backend = VLLMBackend(
+        path, gpu_memory_utilization=0.3, max_model_len=8192, dtype="bfloat16", **merged_kwargs({}, options)
+    )
+    engine_start_s = time.perf_counter() - started
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
     prompts = prompts_for(chat, 8)
     greedy = Sampling(max_new_tokens=32, temperature=0.0, logprobs=True)
-    eager = {}
-    for name, backend in backends.items():
-        err, agree = eager_check(model, prompts, backend.generate(prompts, greedy))
-        eager[name] = {"max_logprob_err": round(err, 4), "greedy_eq_eager_argmax": round(agree, 4)}
-        print(name, "against the eager model", json.dumps(eager[name]), flush=True)
+    err, agree = eager_check(model, prompts, backend.generate(prompts, greedy))
+    eager = {"max_logprob_err": round(err, 4), "greedy_eq_eager_argmax": round(agree, 4)}
+    print(args.engine, "against the eager model", json.dumps(eager), flush=True)
     del model
     tasks, config = rlm_tasks(args.tasks), rlm_config(0.0)
-    out: dict[str, list[dict[str, Any]]] = {}
-    episodes: dict[str, list[Any]] = {}
-    for name in ("plain", "spec", "plain", "spec"):  # each twice, interleaved
-        episodes[name], row = timed_episodes(backends[name].llm, chat, config, tasks)
-        print(name, json.dumps(row), flush=True)
-        out.setdefault(name, []).append(row)
-    agreement = turn_agreement(episodes["plain"], episodes["spec"])
-    best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in out.items()}
+    rows = []
+    for _ in range(2):
+        episodes, row = timed_episodes(backend.llm, chat, config, tasks)
+        print(args.engine, json.dumps(row), flush=True)
+        rows.append(row)
+    turns = [{"task_id": e.task_id, "turns": [[t.ids, t.logprobs] for t in e.turns]} for e in episodes]
+    return {"engine": args.engine, "runs": rows, "eager_check": eager, "engine_start_s": round(engine_start_s, 1),
+            "options": vars(options), "episodes": turns}  # fmt: skip
+
+
+def episodes_of(saved: list[dict[str, Any]]) -> list[Any]:
+    """`spec_engine`'s saved turns as the episodes `turn_agreement` reads."""
+    from types import SimpleNamespace as NS
+
+    return [NS(task_id=e["task_id"], turns=[NS(ids=i, logprobs=lp) for i, lp in e["turns"]]) for e in saved]
+
+
+def spec(args: argparse.Namespace) -> dict[str, Any]:
+    """Each engine in a process of its own, one after the other (vLLM's in-process engine keeps global state:
+    two in one process is not something vLLM supports), then the two side by side."""
+    import subprocess
+    import tempfile
+
+    import torch
+
+    parts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("plain", "spec"):
+            out = Path(tmp) / f"{name}.json"
+            cmd = [sys.executable, __file__, "spec-engine", "--engine", name, "--model", args.model,
+                   "--tasks", str(args.tasks), "--ngram-speculative-tokens", str(args.ngram_speculative_tokens),
+                   "--async-scheduling", args.async_scheduling,
+                   "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+                   "--max-num-seqs", str(args.max_num_seqs), "--out", str(out)]  # fmt: skip
+            subprocess.run(cmd, check=True)
+            parts[name] = json.loads(out.read_text())
+    agreement = turn_agreement(
+        episodes_of(parts["plain"]["episodes"]), episodes_of(parts["spec"]["episodes"])
+    )
+    best = {k: min(v["runs"], key=lambda r: r["wall_s"]) for k, v in parts.items()}
     ratio = best["plain"]["wall_s"] / best["spec"]["wall_s"]
     print(f"spec / plain speed (wall time, best of two): {ratio:.2f}x; agreement {json.dumps(agreement)}")
-    return {"spec": out, "speedup_wall": round(ratio, 2), "eager_check": eager, "agreement": agreement,
+    return {"spec": {k: v["runs"] for k, v in parts.items()}, "speedup_wall": round(ratio, 2),
+            "eager_check": {k: v["eager_check"] for k, v in parts.items()},
+            "engine_start_s": {k: v["engine_start_s"] for k, v in parts.items()}, "agreement": agreement,
             "tasks": args.tasks, "ngram_speculative_tokens": args.ngram_speculative_tokens,
             "device": torch.cuda.get_device_name()}  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("decode", "engine", "spec", "levers"))
+    parser.add_argument("what", choices=("decode", "engine", "spec", "spec-engine", "levers"))
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -387,6 +419,9 @@ def main() -> None:
         default=4,
         help="spec: tokens proposed a step by n-gram lookup",
     )
+    parser.add_argument(
+        "--engine", choices=("plain", "spec"), help="spec-engine: which engine this process runs"
+    )
     parser.add_argument("--runs", type=Path, help="levers: the folder holding the runs")
     parser.add_argument(
         "--logs", type=Path, help="levers: the folder holding the runs' logs (default --runs)"
@@ -394,7 +429,9 @@ def main() -> None:
     parser.add_argument("--lever-args", default="", help="levers: the options the lever runs added")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    result = {"decode": decode, "engine": engine, "spec": spec, "levers": levers}[args.what](args)
+    result = {"decode": decode, "engine": engine, "spec": spec, "spec-engine": spec_engine, "levers": levers}[
+        args.what
+    ](args)
     result["command"] = "python bench/gpu_rollouts.py " + " ".join(sys.argv[1:])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,9 @@ for stage in "$@"; do
   case $stage in
     decode) python3 bench/gpu_rollouts.py decode --model "$M" --out "$O/decode.json" 2>&1 | tee "$O/decode.log" ;;
     engine) python3 bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out "$O/engine.json" 2>&1 | tee "$O/engine.log" ;;
-    spec) python3 bench/gpu_rollouts.py spec --model "$M" --tasks 64 --out "$O/spec.json" 2>&1 | tee "$O/spec.log" ;;
+    spec) # vLLM's n-gram proposer is JIT-compiled by numba: the image's own (shared/gpu/vllm carries none)
+      python3 -c "import numba, numpy; print('numba', numba.__version__, 'numpy', numpy.__version__)"
+      python3 bench/gpu_rollouts.py spec --model "$M" --tasks 64 --out "$O/spec.json" 2>&1 | tee "$O/spec.log" ;;
     sft)
       fathom data build --out "$D/data" --seed 8 --train 256 --eval 16 --heldout 16 --train-lengths 8K 16K 32K \
         --eval-lengths 8K --heldout-lengths 8K --no-progress

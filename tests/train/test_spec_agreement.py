@@ -46,3 +46,13 @@ def test_a_turn_that_departs_counts_only_its_prefix(turn_agreement):
 def test_episodes_out_of_order_fail_loudly(turn_agreement):
     with pytest.raises(ValueError, match="out of order"):
         turn_agreement([episode("t1", ([1], None))], [episode("t2", ([1], None))])
+
+
+def test_turns_saved_by_one_engine_process_compare_as_episodes(turn_agreement):
+    """`spec` runs each engine in its own process and compares the turns each saved as JSON."""
+    module = turn_agreement.__globals__
+    plain = [{"task_id": "t1", "turns": [[[5, 6, 7], [-0.1, -0.2, -0.3]], [[1], [-0.5]]]}]
+    spec = [{"task_id": "t1", "turns": [[[5, 6, 7], [-0.1, -0.2, -0.4]], [[2], [-0.5]]]}]
+    got = turn_agreement(module["episodes_of"](plain), module["episodes_of"](spec))
+    assert got == {"turns": 2, "turns_identical": 0.5, "tokens_before_first_difference": 0.75,
+                   "max_logprob_gap": 0.1}  # fmt: skip
