@@ -381,6 +381,9 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
     parts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("plain", "spec"):
+            if args.parts:  # the two engines already run (spec-engine, one call each): compare only
+                parts[name] = json.loads((args.parts / f"{name}.json").read_text())
+                continue
             out = Path(tmp) / f"{name}.json"
             cmd = [sys.executable, __file__, "spec-engine", "--engine", name, "--model", args.model,
                    "--tasks", str(args.tasks), "--ngram-speculative-tokens", str(args.ngram_speculative_tokens),
@@ -399,7 +402,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
             "eager_check": {k: v["eager_check"] for k, v in parts.items()},
             "engine_start_s": {k: v["engine_start_s"] for k, v in parts.items()}, "agreement": agreement,
             "tasks": args.tasks, "ngram_speculative_tokens": args.ngram_speculative_tokens,
-            "device": torch.cuda.get_device_name()}  # fmt: skip
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}  # fmt: skip
 
 
 def main() -> None:
@@ -421,6 +424,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--engine", choices=("plain", "spec"), help="spec-engine: which engine this process runs"
+    )
+    parser.add_argument(
+        "--parts", type=Path, help="spec: compare the plain.json / spec.json that spec-engine wrote there"
     )
     parser.add_argument("--runs", type=Path, help="levers: the folder holding the runs")
     parser.add_argument(
