@@ -360,7 +360,7 @@ def spec_engine(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(row)
     turns = [{"task_id": e.task_id, "turns": [[t.ids, t.logprobs] for t in e.turns]} for e in episodes]
     return {"engine": args.engine, "runs": rows, "eager_check": eager, "engine_start_s": round(engine_start_s, 1),
-            "options": vars(options), "episodes": turns}  # fmt: skip
+            "options": vars(options), "device": torch.cuda.get_device_name(), "episodes": turns}  # fmt: skip
 
 
 def episodes_of(saved: list[dict[str, Any]]) -> list[Any]:
