@@ -68,7 +68,7 @@ levers() { # ROLLOUTS GA: today's settings, then the levers, same warm start; th
   # shellcheck disable=SC2086  # BASE_ARGS too
   GRPO_STEPS=${GRPO_STEPS:-2} grpo "base$1" 16 "$2" $BASE_ARGS
   GRPO_STEPS=${GRPO_STEPS:-2} grpo "levers$1" 16 "$2" $LEVERS --rollout.vllm_max_num_seqs=$((2 * $1))
-  python3 bench/gpu_rollouts.py levers --runs "$D" --logs "$O" --lever-args "$LEVERS" \
+  python3 bench/gpu_rollouts.py levers --runs "$D" --logs "$O" --lever-args="$LEVERS" \
     --out "$O/gpu_rollouts_levers.json" 2>&1 | tee "$O/levers$1_summary.txt"
 }
 for stage in "$@"; do

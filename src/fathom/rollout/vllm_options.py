@@ -20,8 +20,9 @@ The options (vLLM 0.26's names):
   what it generated) that ends like the last 2-4 tokens, and the model checks them all in one forward pass.
   Rejection sampling keeps the model's own distribution, so the outputs and log-probs are the model's; what
   it can save is decode steps, where a sequence repeats text it has seen (the RLM's code copies the
-  question's terms and its own earlier cells). GRPO's generation at 64 rollouts is bound by exactly those
-  sequential decode steps (bench/RESULTS.md, "The speed levers").
+  question's terms and its own earlier cells). Measured on the H200 it does not pay in GRPO: vLLM 0.26
+  turns async scheduling off with it, and at temperature 1 few proposals are accepted, so generation took
+  2.1x as long (bench/RESULTS.md, "N-gram speculative decoding, measured"). Off by default; for greedy runs.
 
 Zero / "auto" means: pass nothing, the caller's (TRL's or vLLM's) value stands. This module imports no vLLM
 and checks only what vLLM 0.26's ``SchedulerConfig`` would reject at start-up, so that a bad value fails

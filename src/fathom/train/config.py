@@ -110,7 +110,8 @@ class RolloutSection:
     vllm_async_scheduling: str = "auto"
     vllm_max_num_batched_tokens: int = 0
     vllm_max_num_seqs: int = 0
-    # > 0: n-gram speculative decoding, up to this many proposed tokens a step (the model's own outputs)
+    # > 0: n-gram speculative decoding, up to this many proposed tokens a step (the model's own outputs);
+    # slower for GRPO's sampling on the H200 (bench/RESULTS.md), so off
     vllm_ngram_speculative_tokens: int = 0
     # continuous: each turn goes to the engine when ready; turns: every live episode's turn in one batch
     # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
