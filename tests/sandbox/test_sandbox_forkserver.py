@@ -60,14 +60,14 @@ def test_forked_workers_have_their_own_namespaces_uid_and_no_capabilities() -> N
 
     seen, ns, trees, fds, mounts, uid_map, reports = run(go())
     assert all(r.info["spawn"] == "fork-server" and r.level == "full" for r in reports), reports
-    assert seen.stdout == "2 1 sbx\n"  # pid 2 under its own init, in its own uts namespace
+    assert seen.stdout == "1 0 sbx\n"  # pid 1 of its own pid namespace (nothing above it there), own uts
     for name, (host, zygote, a, b) in ns.items():
         assert len({host, a, b}) == 3, f"{name} namespace shared: {ns[name]}"
         assert zygote not in (a, b), name
     uids = {tree[-1]["Uid"].split()[0] for tree in trees}
     assert len(uids) == 2 and "0" not in uids
     for tree in trees:
-        assert len(tree) == 2  # pid 1 of the namespaces, and the worker
+        assert len(tree) == 1  # the worker is pid 1 of its namespaces: one process a tree
         for proc in tree:  # no process of a tree holds a capability or another uid
             assert {proc[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
                 "0000000000000000"
@@ -165,3 +165,20 @@ def test_concurrent_first_spawns_start_one_fork_server() -> None:
     zygotes, spawns = run(go())
     assert spawns == ["fork-server"] * 4
     assert len(zygotes) == 1
+
+
+def test_forked_workers_do_not_share_random_state() -> None:
+    """Each tree is cloned from one zygote heap: `random` must reseed in every child (at-fork hook)."""
+
+    async def go():
+        async with SandboxPool(config("bwrap"), size=0, handle_signals=False) as pool:
+            out = []
+            for _ in range(3):
+                sb = await pool.start(None, ctx_text="doc")
+                out.append((await sb.execute("import random\nprint(random.getrandbits(64))")).stdout)
+                assert sb.report.info["spawn"] == "fork-server"
+                await sb.close()
+            return out
+
+    draws = run(go())
+    assert len(set(draws)) == 3 and all(d.strip().isdigit() for d in draws), draws

@@ -142,9 +142,9 @@ def test_shutdown_closes_every_worker(task_file):
         ws = FathomEnvClient(url).sync()
         ws.connect()
         ws.reset(task_id=tasks[0].id)
-        # 3 sessions + the idle pool; forked by the pool's fork server, a worker is its pid 1 and python
+        # 3 sessions + the idle pool; forked by the pool's fork server, a worker is one process (plus the zygote)
         forked = app.state.pool._launcher.fork_server is not None
-        new = (3 + config.pool_size) * (2 if forked else WORKER_PROCESSES) + forked
+        new = (3 + config.pool_size) * (1 if forked else WORKER_PROCESSES) + forked
         workers = _workers(os.getpid(), len(before) + new) - before
         assert len(workers) == new
         assert http[0].step("```repl\nprint(len(ctx))\n```").cells[0].stdout == f"{len(tasks[0].document)}\n"

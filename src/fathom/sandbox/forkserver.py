@@ -2,7 +2,7 @@
 
 ``ForkServer`` starts one zygote per launcher and sends it one request per worker over a SOCK_SEQPACKET
 socket: a JSON header (the worker's uid, config and tmpfs size) plus the worker's three fds; the reply
-carries the pidfd of the tree's monitor. ``ForkedTree`` is the host's handle on that tree, with the part
+carries the pidfd of the tree (one process: the worker, pid 1 of its namespaces). ``ForkedTree`` is the host's handle on that tree, with the part
 of ``subprocess.Popen``'s surface the launcher uses (``pid``, ``poll``, ``kill``). It does not wait for
 "ready", check layers or attach cgroups (``launch.py`` does), and never sees a document.
 """
@@ -24,14 +24,14 @@ class ForkServerError(Exception):
 
 
 class ForkedTree:
-    """A worker tree forked by the zygote: its monitor's pid and pidfd (signals never reach a reused pid)."""
+    """A worker tree forked by the zygote: its process's pid and pidfd (signals never reach a reused pid)."""
 
     def __init__(self, pid: int, pidfd: int) -> None:
         self.pid, self.pidfd = pid, pidfd
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        """None while the monitor runs; its exit code is not ours to read (the zygote reaps it), so 0 after."""
+        """None while the tree's process runs; its exit code is not ours to read (the zygote reaps it), so 0 after."""
         if self.returncode is None and self.pidfd >= 0:
             poller = select.poll()  # not select(): pidfds go past FD_SETSIZE with hundreds of episodes
             poller.register(self.pidfd, select.POLLIN)
@@ -40,8 +40,7 @@ class ForkedTree:
         return self.returncode
 
     async def wait(self, timeout: float) -> None:
-        """Until the monitor has exited (so has the rest of the tree: pid 1 of its namespace went first),
-        or ``timeout`` seconds."""
+        """Until the tree's process has exited, or ``timeout`` seconds."""
         if self.poll() is not None:
             return
         loop = asyncio.get_running_loop()
@@ -144,7 +143,7 @@ class ForkServer:
         return ForkedTree(int(reply["pid"]), pidfds[0])
 
     def close(self) -> None:
-        """Kill the zygote (its trees die with it: each monitor has PR_SET_PDEATHSIG) and reap it."""
+        """Kill the zygote (its trees die with it: each has PR_SET_PDEATHSIG) and reap it."""
         self.sock.close()
         if self.popen.poll() is None:
             self.popen.kill()

@@ -197,7 +197,8 @@ class Sandbox:
 
     @property
     def processes(self) -> list[int]:
-        """Host pids of the current worker's process tree (bwrap monitor, its init, the interpreter)."""
+        """Host pids of the current worker's process tree (bwrap's monitor, its init and the interpreter; a
+        forked worker is one process)."""
         return list(self._worker.pids) if self._worker is not None else []
 
     @property

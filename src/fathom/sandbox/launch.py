@@ -56,15 +56,15 @@ IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
 class Worker:
     """One started worker process tree, ready for a document."""
 
-    proc: (
-        subprocess.Popen | ForkedTree
-    )  # the tree's top: setpriv/bwrap's monitor, or the fork server's monitor
+    # the tree's top: setpriv/bwrap's monitor, or the forked worker itself
+    proc: subprocess.Popen | ForkedTree
     channel: Channel
     ctl: socket.socket  # host end of the socket that passes the document's fd
     report: IsolationReport
     uid: int | None
     seq: int = 0  # spawn counter, names the cgroup when there is no uid
-    pids: list[int] = field(default_factory=list)  # host pids of the tree (monitor, init, python)
+    # host pids of the tree: bwrap's monitor, init and python; a forked tree is python alone
+    pids: list[int] = field(default_factory=list)
     cgroup: Cgroup | None = None
     workdir: str | None = None  # a per-worker directory to delete (unsafe-dev only)
     pidfd: int | None = None  # the interpreter's pidfd: signals reach it even after its pid is reused
@@ -388,7 +388,7 @@ class Launcher:
             worker.pidfd = None
         # Inside out: bwrap's init dies (the kernel then kills the whole namespace) and the monitor, still alive,
         # reaps it and exits. Killing the monitor first would orphan init to PID 1, and not every PID 1 reaps.
-        # A forked tree is [init, worker]: the worker dies, its init reaps it and exits, the zygote reaps that.
+        # A forked tree is the worker alone (pid 1 of its namespaces): it dies and the zygote reaps it.
         tree = worker.pids or process_tree(worker.proc.pid)
         if worker.proc.poll() is None:
             if len(tree) > 1 and parent_of(tree[1]) == worker.proc.pid:

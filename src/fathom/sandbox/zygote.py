@@ -11,9 +11,16 @@ no episode data ever reaches it), it takes the steps setpriv + bwrap take, witho
     other fd, forbids nested user namespaces (max_user_namespaces=0, what bwrap --disable-userns gives),
     sets hostname "sbx", mounts fresh size-capped tmpfs on /tmp and /work (nosuid, nodev, noexec), becomes
     the worker's uid, dies with this process, drops every capability (bounding and ambient too), sets
-    no_new_privs, forks W and reaps.
-  W (pid 2): dies with G, new session, then the worker proper: rlimits, no_new_privs, Landlock, seccomp,
-    "ready", and only after the host has put it in its cgroup and sent the document, the model's cells.
+    no_new_privs, and then goes on as the worker proper, in a new session: rlimits, no_new_privs, Landlock,
+    seccomp, "ready", and only after the host has put it in its cgroup and sent the document, the model's
+    cells.
+
+One process a tree, not an init that forks the worker (as bwrap's exec chain has): a second Python process
+cost every reset its copy-on-write faults, its fork and its exit, about a third of a tree's CPU
+(bench/RESULTS.md). The worker cannot fork (seccomp, pids.max = 1), so there are no orphans for an init to
+reap. Being pid 1 of its namespace, the kernel drops any signal the worker sends itself whose action is the
+default (SIGKILL and SIGSTOP included); the host's own SIGKILL, SIGSTOP and SIGCONT come from an ancestor
+namespace and always arrive, and a cell still ends at its time limits.
 
 What a worker shares with the others: the read-only view (the same mounts bwrap binds), and what it
 inherited from this process's memory: imported modules, the str hash seed and the address layout (no
@@ -130,14 +137,6 @@ def _die_with_parent(parent_alive_fd: int | None = None) -> None:
         os.close(parent_alive_fd)
 
 
-def _reap(child: int) -> int:
-    """Wait for every child (pid 1 inherits orphans) until ``child`` is gone; its exit code."""
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == child:
-            return os.waitstatus_to_exitcode(status)
-
-
 def clone(flags: int) -> int:
     """fork(), but the child starts in the new namespaces ``flags`` names (so it is pid 1 of its own pid
     namespace, with no process between it and this one). Python's own fork bookkeeping runs as in os.fork."""
@@ -158,7 +157,7 @@ def clone(flags: int) -> int:
 
 def init(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zlive_r: int, go_r: int) -> None:
     """G, pid 1 of the worker's namespaces (user, mount, pid, net, ipc, uts, cgroup): finishes the jail,
-    becomes the worker's uid with no capabilities, forks the worker (pid 2) and reaps. Never returns."""
+    becomes the worker's uid with no capabilities and goes on as the worker. Never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this process waits for its own child
     wcfg = request["cfg"]
     wcfg["fd_in"], wcfg["fd_out"], wcfg["fd_ctl"] = fds
@@ -185,27 +184,18 @@ def init(zcfg: dict, request: dict, fds: list[int], proc_fd: int, zlive_r: int, 
         _die_with_parent(zlive_r)  # only now: a uid change clears the parent-death signal
         drop_caps(zcfg["last_cap"])
         _ok(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
-        alive_r, alive_w = os.pipe()
-        w = os.fork()
-        if w == 0:
-            os.close(alive_w)
-            worker_main(wcfg, alive_r)
-        os.close(alive_r)
     except BaseException:
         _report_failure(wcfg["fd_out"])
         os._exit(1)
-    for fd in fds:
-        os.close(fd)  # only the worker holds the pipes: its death is the host's EOF
-    os._exit(_reap(w))
+    worker_main(wcfg)
 
 
-def worker_main(wcfg: dict, alive_r: int) -> None:
-    """W, pid 2: the worker, exactly as if started by exec (its argv says so too)."""
+def worker_main(wcfg: dict) -> None:
+    """G goes on as the worker, exactly as if started by exec (its argv says so too)."""
     import worker
 
     code = 1
     try:
-        _die_with_parent(alive_r)
         os.setsid()
         gc.enable()
         sys.argv = ["/sbx/worker.py", json.dumps(wcfg)]
