@@ -110,15 +110,16 @@ class ForkServer:
             try:
                 msg, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 1)
             except BlockingIOError:
+                fd = self.sock.fileno()  # the number it was watched by: close() may run while we wait
                 waiter = loop.create_future()
-                loop.add_reader(self.sock.fileno(), _wake, waiter)
+                loop.add_reader(fd, _wake, waiter)
                 try:
                     await asyncio.wait_for(waiter, max(deadline - loop.time(), 0.0))
                 except TimeoutError:
                     raise ForkServerError(f"the fork server did not answer within {timeout:g} s") from None
                 finally:
-                    loop.remove_reader(self.sock.fileno())
-                continue
+                    loop.remove_reader(fd)
+                continue  # a closed socket fails the next recv_fds: ForkServerError
             except OSError as e:
                 raise ForkServerError(f"the fork server's socket failed: {e}") from None
             if not msg:
@@ -134,7 +135,13 @@ class ForkServer:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
             except OSError as e:  # BlockingIOError included: one small message never fills the socket
                 raise ForkServerError(f"cannot reach the fork server: {e}") from None
-            msg, pidfds = await self._recv(timeout)
+            try:
+                msg, pidfds = await self._recv(timeout)
+            except BaseException:
+                # cancelled or timed out with a reply still owed: the next request would read this one's
+                # reply (another tree's pidfd), so this server answers nothing more
+                self.sock.close()
+                raise
         reply = json.loads(msg)
         if "pid" not in reply or len(pidfds) != 1:
             for fd in pidfds:
