@@ -1,4 +1,4 @@
-"""GPU generation figures for issue #14, every one beside its baseline and its numerics check, in one process.
+"""GPU generation figures for issue #14, every one beside its baseline and its numerics check in the same run.
 
     python bench/gpu_rollouts.py decode --model "$M" --out bench/results/gpu_rollouts_decode.json
     python bench/gpu_rollouts.py engine --model "$M" --tasks 64 --out ...

@@ -2,8 +2,9 @@
 
 ``ForkServer`` starts one zygote per launcher and sends it one request per worker over a SOCK_SEQPACKET
 socket: a JSON header (the worker's uid, config and tmpfs size) plus the worker's three fds; the reply
-carries the pidfd of the tree (one process: the worker, pid 1 of its namespaces). ``ForkedTree`` is the host's handle on that tree, with the part
-of ``subprocess.Popen``'s surface the launcher uses (``pid``, ``poll``, ``kill``). It does not wait for
+carries the pidfd of the tree (one process: the worker, pid 1 of its namespaces). ``ForkedTree`` is the
+host's handle on that tree, with the part of ``subprocess.Popen``'s surface the launcher uses (``pid``,
+``poll``, ``kill``). It does not wait for
 "ready", check layers or attach cgroups (``launch.py`` does), and never sees a document.
 """
 
@@ -31,7 +32,7 @@ class ForkedTree:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        """None while the tree's process runs; its exit code is not ours to read (the zygote reaps it), so 0 after."""
+        """None while the tree's process runs; then 0 (its exit code is the zygote's to read: it reaps it)."""
         if self.returncode is None and self.pidfd >= 0:
             poller = select.poll()  # not select(): pidfds go past FD_SETSIZE with hundreds of episodes
             poller.register(self.pidfd, select.POLLIN)

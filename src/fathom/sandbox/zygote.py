@@ -16,7 +16,7 @@ no episode data ever reaches it), it takes the steps setpriv + bwrap take, witho
     cells.
 
 One process a tree, not an init that forks the worker (as bwrap's exec chain has): a second Python process
-cost every reset its copy-on-write faults, its fork and its exit, about a third of a tree's CPU
+cost every reset its copy-on-write faults, its fork and its exit, about a quarter of a tree's CPU
 (bench/RESULTS.md). The worker cannot fork (seccomp, pids.max = 1), so there are no orphans for an init to
 reap. Being pid 1 of its namespace, the kernel drops any signal the worker sends itself whose action is the
 default (SIGKILL and SIGSTOP included); the host's own SIGKILL, SIGSTOP and SIGCONT come from an ancestor
