@@ -4,8 +4,8 @@
 socket: a JSON header (the worker's uid, config and tmpfs size) plus the worker's three fds; the reply
 carries the pidfd of the tree (one process: the worker, pid 1 of its namespaces). ``ForkedTree`` is the
 host's handle on that tree, with the part of ``subprocess.Popen``'s surface the launcher uses (``pid``,
-``poll``, ``kill``). It does not wait for
-"ready", check layers or attach cgroups (``launch.py`` does), and never sees a document.
+``poll``, ``kill``). It does not wait for "ready", check layers or attach cgroups (``launch.py`` does),
+and never sees a document.
 """
 
 from __future__ import annotations
