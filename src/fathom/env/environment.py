@@ -122,6 +122,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             tasks = load_tasks(tasks)
         self._tasks = {t.id: t for t in tasks or ()}
         self._sandbox: Sandbox | None = None
+        self._retiring: asyncio.Task[None] | None = None  # the ended episode's worker, being killed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # the sync API's own loop, on its own thread
         self._sync_thread: threading.Thread | None = None
@@ -318,7 +319,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             self._reward = breakdown.to_dict()
             observation.reward = breakdown.total
             observation.reward_breakdown = self._reward
-        await self._close_sandbox()
+        self._retire_sandbox()
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(
@@ -390,10 +391,21 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         return replies
 
     # ---- teardown --------------------------------------------------------------------------------
-    async def _close_sandbox(self) -> None:
+    def _retire_sandbox(self) -> None:
+        """Kill the ended episode's worker without holding back its final observation (the teardown, ~2 ms
+        of SIGKILL, exit and cgroup removal, overlaps the client's next request). The next reset and
+        ``aclose`` wait for it and raise what it raised."""
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
+            self._retiring = asyncio.ensure_future(sandbox.close())
+
+    async def _close_sandbox(self) -> None:
+        sandbox, self._sandbox = self._sandbox, None
+        retiring, self._retiring = self._retiring, None
+        if sandbox is not None:
             await sandbox.close()
+        if retiring is not None:
+            await retiring
 
     async def aclose(self) -> None:
         await self._close_sandbox()
