@@ -372,29 +372,22 @@ def episodes_of(saved: list[dict[str, Any]]) -> list[Any]:
 
 def spec(args: argparse.Namespace) -> dict[str, Any]:
     """Each engine in a process of its own, one after the other (vLLM's in-process engine keeps global state:
-    two in one process is not something vLLM supports), then the two side by side."""
+    two in one process is not something vLLM supports), then the two side by side. With ``--parts`` the two
+    ``spec-engine`` runs were made already (one call each): compare only."""
     import subprocess
     import tempfile
 
-    import torch
-
-    parts = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    folder = args.parts or Path(tempfile.mkdtemp(prefix="fathom-spec-"))
+    if not args.parts:
         for name in ("plain", "spec"):
-            if args.parts:  # the two engines already run (spec-engine, one call each): compare only
-                parts[name] = json.loads((args.parts / f"{name}.json").read_text())
-                continue
-            out = Path(tmp) / f"{name}.json"
             cmd = [sys.executable, __file__, "spec-engine", "--engine", name, "--model", args.model,
                    "--tasks", str(args.tasks), "--ngram-speculative-tokens", str(args.ngram_speculative_tokens),
                    "--async-scheduling", args.async_scheduling,
                    "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-                   "--max-num-seqs", str(args.max_num_seqs), "--out", str(out)]  # fmt: skip
+                   "--max-num-seqs", str(args.max_num_seqs), "--out", str(folder / f"{name}.json")]  # fmt: skip
             subprocess.run(cmd, check=True)
-            parts[name] = json.loads(out.read_text())
-    agreement = turn_agreement(
-        episodes_of(parts["plain"]["episodes"]), episodes_of(parts["spec"]["episodes"])
-    )
+    parts = {name: json.loads((folder / f"{name}.json").read_text()) for name in ("plain", "spec")}
+    agreement = turn_agreement(*(episodes_of(parts[name]["episodes"]) for name in ("plain", "spec")))
     best = {k: min(v["runs"], key=lambda r: r["wall_s"]) for k, v in parts.items()}
     ratio = best["plain"]["wall_s"] / best["spec"]["wall_s"]
     print(f"spec / plain speed (wall time, best of two): {ratio:.2f}x; agreement {json.dumps(agreement)}")
@@ -402,7 +395,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
             "eager_check": {k: v["eager_check"] for k, v in parts.items()},
             "engine_start_s": {k: v["engine_start_s"] for k, v in parts.items()}, "agreement": agreement,
             "tasks": args.tasks, "ngram_speculative_tokens": args.ngram_speculative_tokens,
-            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}  # fmt: skip
+            "device": parts["plain"]["device"]}  # fmt: skip
 
 
 def main() -> None:
