@@ -6,7 +6,9 @@ needle beats one that answers six of its digits), and the step must update the w
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,7 +28,10 @@ def fitted(niah_tasks, tmp_path_factory) -> ToolModel:
     return tool_model(niah_tasks[0], tmp_path_factory.mktemp("tool-model"))
 
 
-def one_step(model: ToolModel, dataset, factory, out):
+@contextlib.contextmanager
+def one_step(model: ToolModel, dataset, factory, out) -> Iterator[tuple]:
+    """Train one step; yield (trainer, changed parameter names); then end every episode, as TRL never
+    does (left to the garbage collector, a remote one would outlive its server, a local one its test)."""
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
@@ -55,9 +60,13 @@ def one_step(model: ToolModel, dataset, factory, out):
         train_dataset=dataset,
         environment_factory=factory,
     )
-    trainer.train()
-    changed = [name for name, p in policy.named_parameters() if not torch.equal(p, before[name])]
-    return trainer, changed
+    try:
+        trainer.train()
+        changed = [name for name, p in policy.named_parameters() if not torch.equal(p, before[name])]
+        yield trainer, changed
+    finally:
+        for env in getattr(trainer, "environments", None) or []:
+            env.__exit__(None, None, None)
 
 
 def check_step(trainer, changed: list[str], model: ToolModel, task: Task) -> None:
@@ -92,8 +101,8 @@ def check_step(trainer, changed: list[str], model: ToolModel, task: Task) -> Non
 def test_grpo_step_in_process(fitted, niah_tasks, tmp_path):
     task = niah_tasks[0]
     dataset = trl_dataset([task], system=SYSTEM)
-    trainer, changed = one_step(fitted, dataset, in_process_factory(tasks=[task]), tmp_path)
-    check_step(trainer, changed, fitted, task)
+    with one_step(fitted, dataset, in_process_factory(tasks=[task]), tmp_path) as (trainer, changed):
+        check_step(trainer, changed, fitted, task)
 
 
 def test_grpo_step_against_fathom_serve(fitted, niah_tasks, task_file, tmp_path):
@@ -105,5 +114,5 @@ def test_grpo_step_against_fathom_serve(fitted, niah_tasks, task_file, tmp_path)
         factory = remote_factory(url, token=TOKEN, tasks=task_file)
         dataset = trl_dataset(task_file, system=SYSTEM).select([0])  # rows by id: the server reads the file
         assert dataset[0]["task_id"] == task.id
-        trainer, changed = one_step(fitted, dataset, factory, tmp_path)
-        check_step(trainer, changed, fitted, task)
+        with one_step(fitted, dataset, factory, tmp_path) as (trainer, changed):
+            check_step(trainer, changed, fitted, task)

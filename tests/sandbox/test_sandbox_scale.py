@@ -66,10 +66,14 @@ def test_220_live_episodes_at_once() -> None:
             await asyncio.gather(*(s.close() for s in started))
         return results, alive
 
+    def runtime_dirs() -> set[str]:  # this process's launchers' dirs (other tests' too: compared, not listed)
+        return {d for d in os.listdir("/tmp") if d.startswith(f"fathom-sbx-{os.getpid()}-")}
+
+    before = runtime_dirs()
     results, alive = asyncio.run(go())
     assert alive == n
     for i, (stdout, error, _) in enumerate(results):
         assert (stdout, error) == (f"{i} document {i} echo q [{len(f'document {i}')}]\n", "")
     pids = [p for _, _, ps in results for p in ps]
     assert len(set(pids)) == len(pids) and not any(pid_alive(p) for p in pids)
-    assert not [d for d in os.listdir("/tmp") if d.startswith(f"fathom-sbx-{os.getpid()}-")]
+    assert runtime_dirs() <= before, "a launcher of this test left its runtime dir behind"

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fathom.sandbox.cgroup import PREFIX, Cgroup, CgroupRoot
@@ -416,7 +417,7 @@ class Launcher:
                 await asyncio.sleep(0.02)
             worker.cgroup = None
         if worker.workdir is not None:
-            shutil.rmtree(worker.workdir, ignore_errors=True)
+            shutil.rmtree(worker.workdir, onerror=_removal_failed)
             worker.workdir = None
         if isinstance(worker.proc, ForkedTree):
             worker.proc.close()
@@ -433,7 +434,13 @@ class Launcher:
             self.cgroups.remove()
         if self.uids is not None:
             self.uids.close()
-        shutil.rmtree(self.runtime, ignore_errors=True)
+        shutil.rmtree(self.runtime, onerror=_removal_failed)
+
+
+def _removal_failed(function: Callable, path: str, exc_info: tuple) -> None:
+    """A temp dir that cannot be removed is left for the next launcher's sweep, and said so: the sandbox is
+    already down, so this is no reason to fail its close."""
+    log.warning("could not remove %s (%s): %s", path, function.__name__, exc_info[1])
 
 
 class _EarlyExit(Exception):
