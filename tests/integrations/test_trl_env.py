@@ -189,3 +189,17 @@ def test_remote_needs_the_token(server_url, niah_tasks):
         env.reset(**row_of(niah_tasks[0]))
     assert raised.value.status == 401
     env.__exit__()
+
+
+def test_a_remote_episode_outliving_its_server_closes_with_a_warning(niah_tasks, caplog):
+    """TRL leaves environments to the garbage collector, which may run after the server is gone: the
+    close says so in the log and raises nothing (an exception in a finalizer only prints a traceback)."""
+    app = create_app(ServerConfig(token=TOKEN, idle_timeout_s=None), tasks=niah_tasks)
+    with running_server(app) as url:
+        env = remote_factory(url, token=TOKEN)()
+        env.reset(**row_of(niah_tasks[0]))
+        assert "6" in env.python("print(2 * 3)")
+    with caplog.at_level("WARNING", logger="fathom.integrations.trl"):
+        env.__exit__()
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"could not end the session on {url}: ConnectError")

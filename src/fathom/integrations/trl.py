@@ -26,11 +26,14 @@ README section "Use FATHOM from your trainer" lists what an episode keeps and lo
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
+
+import httpx
 
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment, RLMObservation, RLMState, SubLM
 from fathom.env.prompts import system_prompt
@@ -40,6 +43,8 @@ from fathom.reward.outcome import EpisodeOutcome
 from fathom.server.client import DEFAULT_TIMEOUT_S, FathomClient
 from fathom.tasks import Task, load_tasks
 from fathom.tasks.schema import task_from_dict
+
+log = logging.getLogger("fathom.integrations.trl")
 
 TOOL_NOTE = (
     "\n\nHere you run code by calling the `python` tool with one cell's source as `code`, instead of "
@@ -127,7 +132,7 @@ class RemoteEpisodes:
         reward_config: RewardConfig,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self.client = FathomClient(base_url, token, timeout_s)
+        self.base_url, self.client = base_url, FathomClient(base_url, token, timeout_s)
         self.tasks, self.reward_config = tasks, reward_config
 
     def reset(self, task: Task | None, task_id: str | None) -> tuple[RLMObservation, Task]:
@@ -156,7 +161,13 @@ class RemoteEpisodes:
         return self.client.state
 
     def close(self) -> None:
-        self.client.close()
+        """End the server session. TRL never closes environments, so this often runs from the garbage
+        collector or at exit, when the server may be gone: that is reported, not raised (nothing is left to
+        end on a server that is down; one that is only unreachable reaps the session when it idles out)."""
+        try:
+            self.client.close()
+        except httpx.TransportError as e:
+            log.warning("could not end the session on %s: %s: %s", self.base_url, type(e).__name__, e)
 
 
 class FathomEnv:
