@@ -438,8 +438,8 @@ class Launcher:
 
 
 def _removal_failed(function: Callable, path: str, exc_info: tuple) -> None:
-    """A temp dir that cannot be removed is left for the next launcher's sweep, and said so: the sandbox is
-    already down, so this is no reason to fail its close."""
+    """A temp dir that cannot be removed is logged and left for a later launcher to sweep once this process
+    has exited (`sweep_runtime`): the sandbox is already down, so this is no reason to fail its close."""
     log.warning("could not remove %s (%s): %s", path, function.__name__, exc_info[1])
 
 
