@@ -105,3 +105,14 @@ def test_the_baselines_run_unless_an_earlier_runs_stand_in(tmp_path):
     assert "baselines=skip;" in (tmp_path / "skip" / "progress.log").read_text()
     done = settings(tmp_path / "bad", PROOF_BASELINES="no")
     assert done.returncode == 2 and "PROOF_BASELINES must be run or skip" in done.stderr
+
+
+def test_the_1_5b_student_trains_half_the_sequences_a_micro_batch_at_a_lower_rate(tmp_path):
+    done = settings(tmp_path, PROOF_MODEL="qwen2.5-coder-1.5b")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "progress.log").read_text()
+    assert "model=qwen2.5-coder-1.5b " in line and "sub_input=4096;" in line
+    assert "batch=2 x4 lr=3e-5 " in line and "micro=1 accum=16 lr=1e-5 " in line
+    settings(tmp_path / "half", PROOF_MODEL="qwen2.5-coder-0.5b")
+    line = (tmp_path / "half" / "progress.log").read_text()
+    assert "batch=4 x2 lr=5e-5 " in line and "micro=2 accum=8 lr=2e-5 " in line

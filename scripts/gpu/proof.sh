@@ -22,7 +22,8 @@
 # pipeline ends by PROOF_BUDGET_S seconds after `start` (it checkpoints every 10 steps, and `grpo` resumes
 # from the newest checkpoint when run again on the same machine).
 # On the GPU machine, run it after scripts/gpu/stage_smollm2_part{1,2}.sh and scripts/gpu/stage_vllm.sh a/b/d;
-# with PROOF_MODEL=qwen2.5-coder-0.5b, after the calls that scripts/gpu/prepare_carry_qwen.sh lists in .qplan
+# with PROOF_MODEL=qwen2.5-coder-0.5b or -1.5b, after the calls that scripts/gpu/prepare_carry_qwen.sh (with
+# QWEN_SIZE=0.5b or 1.5b) lists in .qplan
 # (the `model` stage joins and converts the carried GGUF while `data` builds the tasks).
 #
 # Across sessions (the GPU machine is fresh each lease): with PROOF_SFT_LORA=1, SFT trains a LoRA adapter
@@ -70,7 +71,8 @@ SFT_ACCUM=1 SFT_LR=1e-4 LR=1e-4 SUBCALL_ROWS=8 SHARE=0.36 SUBCALL_CHECKPOINTING=
 SFT_LORA=${PROOF_SFT_LORA:-0} SFT_LORA_R=${PROOF_SFT_LORA_R:-64}
 SFT_LORA_ALPHA=${PROOF_SFT_LORA_ALPHA:-$((2 * SFT_LORA_R))}
 case $SFT_LORA in 0|1) ;; *) echo "PROOF_SFT_LORA must be 0 or 1" >&2; exit 2 ;; esac
-if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
+case $MODEL in qwen2.5-coder-0.5b|qwen2.5-coder-1.5b) QWEN_SIZE=${MODEL#qwen2.5-coder-} ;; *) QWEN_SIZE= ;; esac
+if [ -n "$QWEN_SIZE" ]; then
   # 0.5B parameters and a 151,936-token vocabulary: half the sequences a micro-batch (the same effective batch),
   # and learning rates for a model 3.7x SmolLM2's size (run 3's 1e-4 GRPO lost tasks on the 135M model)
   SFT_ACCUM=$((SFT_BATCH / 4)) SFT_BATCH=4 ACCUM=$((ACCUM * MICRO / 2)) MICRO=2 SFT_LR=5e-5 LR=2e-5
@@ -83,6 +85,12 @@ if [ "$MODEL" = qwen2.5-coder-0.5b ]; then
   # 3-10 showed it 2,048 tokens in SFT and GRPO but 8,064 in evaluation); the teacher's 7,680-character chunks
   # of dense text fit it (bench/RESULTS.md, "The reader's view")
   SUB_INPUT=4096
+fi
+if [ "$QWEN_SIZE" = 1.5b ]; then
+  # 1.5B: 3.6x the 0.5B's parameters outside the embeddings and 1.7x the width of its full-vocabulary logits:
+  # half the sequences a micro-batch again (the same effective batch), and the learning rates lowered as
+  # models grow (SFT's 3e-5 for the under-one-epoch SFT a lease leaves time for)
+  SFT_ACCUM=$((SFT_ACCUM * 2)) SFT_BATCH=2 ACCUM=$((ACCUM * MICRO)) MICRO=1 SFT_LR=3e-5 LR=1e-5
 fi
 SUB_INPUT=${PROOF_SUB_INPUT_TOKENS:-${SUB_INPUT:-2048}}
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
@@ -192,7 +200,7 @@ stage_settings() { # what this run resolved, into the progress log
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
-  if [ "$MODEL" = qwen2.5-coder-0.5b ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join; fi
+  if [ -n "$QWEN_SIZE" ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join "$QWEN_SIZE"; fi
   "$PY" -c "from fathom.models import resolve_model_dir; print(resolve_model_dir('$MODEL'))"
 }
 stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct transcripts (and reader rows) whose

@@ -2,8 +2,9 @@
 # GPU machine, in each call that carries Qwen pieces (see .qplan, written by scripts/gpu/prepare_carry_qwen.sh):
 #   stage_qwen.sh        park this call's GGUF pieces in /root/qparts; unpack the corpora and bubblewrap if carried
 #                        and install the carried wheels (.whl) into /tmp/site
-#   stage_qwen.sh join   join the pieces in order; fathom.models.offline.qwen_coder_dir checks the sha256 and
-#                        de-quantizes the model once into FATHOM's cache; source scripts/gpu/env.sh first
+#   stage_qwen.sh join [SIZE]  join the pieces in order; fathom.models.offline.qwen_coder_dir(SIZE) (0.5b, the
+#                        default, or 1.5b) checks the sha256 and de-quantizes the model once into FATHOM's cache;
+#                        source scripts/gpu/env.sh first
 # /root survives between calls only while the machine stays warm.
 set -euo pipefail
 mkdir -p /root/qparts
@@ -21,7 +22,9 @@ case ${1:-park} in
   join)
     # qwen_coder_dir checks the joined file's sha256 before it converts (a missing or damaged piece fails there)
     [ -f /root/qwen.gguf ] || { cat /root/qparts/qpart_* > /root/qwen.gguf.part && mv /root/qwen.gguf.part /root/qwen.gguf; }
-    FATHOM_QWEN_CODER_GGUF=/root/qwen.gguf python3 -c \
-      "from fathom.models.offline import qwen_coder_dir; print(qwen_coder_dir())" ;;
-  *) echo "usage: stage_qwen.sh [join]" >&2; exit 2 ;;
+    python3 -c "import os
+from fathom.models.offline import QWEN_CODER_CHECKPOINTS, qwen_coder_dir
+os.environ[QWEN_CODER_CHECKPOINTS['${2:-0.5b}'].env_var] = '/root/qwen.gguf'
+print(qwen_coder_dir('${2:-0.5b}'))" ;;
+  *) echo "usage: stage_qwen.sh [join [SIZE]]" >&2; exit 2 ;;
 esac

