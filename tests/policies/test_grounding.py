@@ -84,3 +84,18 @@ def test_what_the_policy_asked_its_reader_is_known_to_it_in_later_turns_only():
         ask.split("```repl\n")[1].split("```")[0] + "\n" + drop.split("```repl\n")[1].split("```")[0]
     )
     assert [v.literal for v in check_trace(_trace(q, [(same, "")])).violations] == ["not found"]
+
+
+def test_a_prompt_named_before_the_call_is_prose_and_known_later():
+    """`ask = <prompt>` then `llm_batch([(ask, chunk) ...])` (the teacher's reading cell since run 13): the
+    prompt is prose, and what it asks for is known to later turns, as when it is written in the call."""
+    ask = _cell(
+        'ask = """Answer from this text, or reply not found if it is not there."""\n'
+        'replies = llm_batch([(ask, c) for c in ["a", "b"]])\nprint(replies)'
+    )
+    drop = _cell("answers = [r for r in replies if 'not found' not in r.lower()]\nprint(answers)")
+    q = "What is the magic number for brave-falcon?"
+    assert check_trace(_trace(q, [(ask, "[output]\n['7', 'x']"), (drop, "")])).ok
+    # a named string that no llm() call is given is still a pattern
+    search = _cell('term = "zebra-stripes"\nprint(ctx.count(term))')
+    assert [v.literal for v in check_trace(_trace(q, [(search, "")])).violations] == ["zebra-stripes"]

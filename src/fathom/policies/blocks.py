@@ -96,7 +96,8 @@ import re
 lines = ctx.splitlines()
 parts = {list(p.parts)!r}
 word = re.compile(r"(?<![A-Za-z])" + re.escape({p.word!r}) + r"(?![A-Za-z])"{flags})
-heads = [i for i, line in enumerate(lines) if line.startswith({p.prefixes!r}) and len(line) < {HEAD_CHARS}]
+prefixes = {p.prefixes!r}
+heads = [i for i, line in enumerate(lines) if line.startswith(prefixes) and len(line) < {HEAD_CHARS}]
 ends = dict(zip(heads, [*heads[1:], len(lines)]))
 counts = {{}}
 for part in parts:

@@ -88,8 +88,11 @@ def _keep_code(cut: Cut) -> str:
     code = f"""low = [k.lower() for k in {_searched(cut.keys)!r}]
 hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]"""
     if cut.headings:
+        # the prefixes named on a line of their own: inside the comprehension, `startswith((...))` closes three
+        # brackets in a row, and the students dropped one of them (run 13)
         code += f"""
-heads = [i for i, line in enumerate(lines) if line.startswith({cut.headings!r}) and len(line) < 100]"""
+prefixes = {cut.headings!r}
+heads = [i for i, line in enumerate(lines) if line.startswith(prefixes) and len(line) < 100]"""
     if cut.sections:
         code += """
 keep = set(heads)
@@ -255,7 +258,8 @@ for n, i in enumerate(kept):
     if n and i - 1 != kept[n - 1]:
         chunks[-1] += "\\n"  # a gap in the document stays a blank line
     chunks[-1] += lines[i] + "\\n"
-replies = llm_batch([({prose(ask + chr(10) + READ_MARK + q.text)}, chunk) for chunk in chunks])
+ask = {prose(ask + chr(10) + READ_MARK + q.text)}
+replies = llm_batch([(ask, chunk) for chunk in chunks])
 print(len(chunks), "chunks read")
 print("replies:", [r.strip()[:200] for r in replies])
 """

@@ -4,8 +4,8 @@
 the policy's turn, ``turns[i]["observation"]`` = what the environment printed back) and returns a
 `Grounding`: for every code block, every string literal used as a pattern must appear in the question or
 in an observation printed *before* that turn. A literal is a pattern wherever it is not plain prose:
-``print(...)`` arguments, the prompt of ``llm`` / ``llm_batch`` and the separator of ``str.join`` are
-prose; everything else (regexes, ``str.find`` / ``in`` / ``split`` arguments, dict keys, list items, answers
+``print(...)`` arguments, the prompt of ``llm`` / ``llm_batch`` (written in the call, or assigned to the
+name the call is given) and the separator of ``str.join`` are prose; everything else (regexes, ``str.find`` / ``in`` / ``split`` arguments, dict keys, list items, answers
 given to ``FINAL``) is checked.
 
 A regex literal is reduced to its literal runs first (character classes, escapes such as ``\\d``, groups,
@@ -166,6 +166,21 @@ def _prompts(node: ast.Call) -> list[ast.AST]:
     return []
 
 
+def _block_prompts(tree: ast.AST) -> list[ast.AST]:
+    """The prompt expressions of every ``llm`` / ``llm_batch`` call in a block. A prompt named first (``ask =
+    <prompt>``, then ``llm_batch([(ask, chunk) for chunk in chunks])``) is the value assigned to that name."""
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned.setdefault(node.targets[0].id, []).append(node.value)
+    prompts: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for p in _prompts(node):
+                prompts.extend(assigned.get(p.id, []) if isinstance(p, ast.Name) else [p])
+    return prompts
+
+
 def asked(code: str) -> str:
     """The literal text of the prompts a code block gives ``llm`` / ``llm_batch``, one per line."""
     try:
@@ -173,19 +188,13 @@ def asked(code: str) -> str:
     except SyntaxError:
         return ""
     parts = {id(n): n for n in ast.walk(tree)}
-    ids = [
-        i
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        for p in _prompts(node)
-        for i in _text_parts(p)
-    ]
+    ids = [i for p in _block_prompts(tree) for i in _text_parts(p)]
     return "\n".join(str(parts[i].value) for i in ids)
 
 
 def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
     """(literal, used as a regex) for every string constant outside prose positions."""
-    prose: set[int] = set()
+    prose: set[int] = {i for p in _block_prompts(tree) for i in _text_parts(p)}
     regex: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):

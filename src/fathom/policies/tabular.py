@@ -130,8 +130,9 @@ def number(cell):
         return int(cell)
     except ValueError:
         return None
-lines = [line for line in ctx.splitlines() if line.strip() and not line.startswith("#")]
-table = list(csv.reader(lines, delimiter={shape.delimiter!r}))
+lines = [line for line in ctx.splitlines() if line.strip() and line[0] != "#"]
+reader = csv.reader(lines, delimiter={shape.delimiter!r})
+table = list(reader)
 header = table[0]
 rows = [r for r in table[1:] if len(r) == len(header) and r != header]
 c, n = header.index({p.cond!r}), header.index({p.num!r})
