@@ -1,8 +1,9 @@
 """Load a policy model and its tokenizer: any HF causal LM by hub name or local path, or an offline one.
 
-`load_model(ModelSpec(...))` resolves the name (``smollm2-135m``, ``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``, ``tiny-qwen``, ``tiny-smol`` are built
-offline by `fathom.models.offline`; anything else is a local directory or a hub id), loads it in the
-requested dtype, optionally in 4-bit (bitsandbytes) and optionally wrapped in a LoRA adapter (PEFT).
+`load_model(ModelSpec(...))` resolves the name (``smollm2-135m``, ``qwen2.5-coder-0.5b``,
+``qwen2.5-coder-1.5b``, ``tiny-qwen``, ``tiny-smol`` are built offline by `fathom.models.offline`; anything
+else is a local directory or a hub id), loads it in the requested dtype, optionally in 4-bit (bitsandbytes)
+and optionally wrapped in a LoRA adapter (PEFT).
 Errors say what to do: a missing path, a hub id on an offline machine, a missing chat template for a
 chat-format policy.
 

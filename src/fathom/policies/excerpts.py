@@ -88,8 +88,8 @@ def _keep_code(cut: Cut) -> str:
     code = f"""low = [k.lower() for k in {_searched(cut.keys)!r}]
 hit = [i for i, line in enumerate(lines) if any(k in line.lower() for k in low)]"""
     if cut.headings:
-        # the prefixes named on a line of their own: inside the comprehension, `startswith((...))` closes three
-        # brackets in a row, and the students dropped one of them (run 13)
+        # the prefixes named on a line of their own: `startswith((...))` inside the comprehension closes three
+        # brackets in a row after a literal, a run that small students copy one bracket short
         code += f"""
 prefixes = {cut.headings!r}
 heads = [i for i, line in enumerate(lines) if line.startswith(prefixes) and len(line) < 100]"""

@@ -5,8 +5,8 @@ the policy's turn, ``turns[i]["observation"]`` = what the environment printed ba
 `Grounding`: for every code block, every string literal used as a pattern must appear in the question or
 in an observation printed *before* that turn. A literal is a pattern wherever it is not plain prose:
 ``print(...)`` arguments, the prompt of ``llm`` / ``llm_batch`` (written in the call, or assigned to the
-name the call is given) and the separator of ``str.join`` are prose; everything else (regexes, ``str.find`` / ``in`` / ``split`` arguments, dict keys, list items, answers
-given to ``FINAL``) is checked.
+name the call is given) and the separator of ``str.join`` are prose; everything else (regexes,
+``str.find`` / ``in`` / ``split`` arguments, dict keys, list items, answers given to ``FINAL``) is checked.
 
 A regex literal is reduced to its literal runs first (character classes, escapes such as ``\\d``, groups,
 quantifiers, anchors and alternation are syntax; ``\\.`` is a dot); each run must be seen. Runs of only
