@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fathom.policies.grounding import check_code, check_trace, regex_fragments
 
 
@@ -68,11 +70,18 @@ def test_regex_fragments_drop_syntax_and_unescape():
     assert regex_fragments(r"a\.b \|\| c") == ["a.b || c"]
 
 
-def test_what_the_policy_asked_its_reader_is_known_to_it_in_later_turns_only():
-    ask = _cell(
-        'replies = llm_batch([("""Answer from this text, or reply not found if it is not there.\n'
-        'Question: x?""", c) for c in ["a", "b"]])\nprint(replies)'
-    )
+ASK_IN_THE_CALL = _cell(
+    'replies = llm_batch([("""Answer from this text, or reply not found if it is not there.\n'
+    'Question: x?""", c) for c in ["a", "b"]])\nprint(replies)'
+)
+ASK_NAMED_FIRST = _cell(  # the teacher's reading cell since run 13
+    'ask = """Answer from this text, or reply not found if it is not there.\nQuestion: x?"""\n'
+    'replies = llm_batch([(ask, c) for c in ["a", "b"]])\nprint(replies)'
+)
+
+
+@pytest.mark.parametrize("ask", [ASK_IN_THE_CALL, ASK_NAMED_FIRST])
+def test_what_the_policy_asked_its_reader_is_known_to_it_in_later_turns_only(ask):
     drop = _cell("answers = [r for r in replies if 'not found' not in r.lower()]\nprint(answers)")
     q = "What is the magic number for brave-falcon?"
     assert check_trace(_trace(q, [(ask, "[output]\n['7', 'x']"), (drop, "")])).ok
@@ -86,16 +95,7 @@ def test_what_the_policy_asked_its_reader_is_known_to_it_in_later_turns_only():
     assert [v.literal for v in check_trace(_trace(q, [(same, "")])).violations] == ["not found"]
 
 
-def test_a_prompt_named_before_the_call_is_prose_and_known_later():
-    """`ask = <prompt>` then `llm_batch([(ask, chunk) ...])` (the teacher's reading cell since run 13): the
-    prompt is prose, and what it asks for is known to later turns, as when it is written in the call."""
-    ask = _cell(
-        'ask = """Answer from this text, or reply not found if it is not there."""\n'
-        'replies = llm_batch([(ask, c) for c in ["a", "b"]])\nprint(replies)'
-    )
-    drop = _cell("answers = [r for r in replies if 'not found' not in r.lower()]\nprint(answers)")
-    q = "What is the magic number for brave-falcon?"
-    assert check_trace(_trace(q, [(ask, "[output]\n['7', 'x']"), (drop, "")])).ok
-    # a named string that no llm() call is given is still a pattern
+def test_a_named_string_no_llm_call_is_given_is_still_a_pattern():
     search = _cell('term = "zebra-stripes"\nprint(ctx.count(term))')
-    assert [v.literal for v in check_trace(_trace(q, [(search, "")])).violations] == ["zebra-stripes"]
+    g = check_trace(_trace("What is the magic number for brave-falcon?", [(search, "")]))
+    assert [v.literal for v in g.violations] == ["zebra-stripes"]
