@@ -3,7 +3,7 @@
 # parts plus 32 small wheels). Three calls back to back (the machine keeps /root and /tmp only while warm):
 #   carry [".va"]: bash scripts/gpu/stage_vllm.sh a        carry [".vb"]: bash scripts/gpu/stage_vllm.sh b
 #   carry [".vd"]: bash scripts/gpu/stage_vllm.sh d        (joins, checks, unpacks into /tmp/vsite, installs)
-# Here, first: bash ../shared/gpu/vllm/prepare.sh .   (writes .va .vb .vd; list them in .git/info/exclude)
+# Here, first: bash ../shared/gpu/vllm/prepare.sh .   (writes .va .vb .vd, which .gitignore keeps out of the tree)
 # Then every later call: source scripts/gpu/env.sh
 set -euo pipefail
 case ${1:?usage: stage_vllm.sh a|b|d} in
