@@ -227,3 +227,25 @@ def test_the_readers_view_is_set_and_recorded(tmp_path):
     assert json.loads((out / "summary.json").read_text())["sub_max_input_tokens"] == 768
     # without it: the window less the reply, as before
     assert RLMPolicy("tiny-smol", device="cpu").describe()["sub_max_input_tokens"] == 2048 - 128
+
+
+def test_a_reader_model_answers_the_llm_calls_and_is_recorded(tmp_path):
+    from fathom.eval.policies import RLMPolicy
+    from fathom.rollout.service import RoutedService
+
+    policy = RLMPolicy("tiny-smol", device="cpu", reader_model="tiny-smol")
+    assert isinstance(policy.service, RoutedService) and policy.service.base_adapter
+    assert policy.service.base is not policy.service.main  # a model of its own, not the policy's
+    assert policy.describe()["reader_model"] == "tiny-smol"
+    assert RLMPolicy("tiny-smol", device="cpu").describe()["reader_model"] is None
+    with pytest.raises(ValueError, match="another tokenizer than the policy"):
+        RLMPolicy("tiny-smol", device="cpu", reader_model="tiny-qwen")
+    path = write_hand_made(tmp_path)
+    out = tmp_path / "rlm"
+    argv = ["eval", "--policy", "rlm", "--model", "tiny-smol", "--tasks", str(path), "--out", str(out),
+            "--no-progress", "--max-new-tokens", "8", "--max-turns", "1", "--limit", "1", "--device", "cpu",
+            "--reader-model", "tiny-smol"]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads((out / "summary.json").read_text())["reader_model"] == "tiny-smol"
+    with pytest.raises(SystemExit, match="--reader-model is for --policy rlm"):
+        main([*argv[:2], "direct", *argv[3:]])

@@ -164,6 +164,40 @@ def test_depth_two_runs_a_child_episode_in_the_engine(tiny, tasks):
     assert any("1,234 characters" in c for c in seen)  # the child episode saw the chunk's size, as a task
 
 
+def test_a_second_model_reads_the_llm_calls(tiny, tasks):
+    """`reader` "base" over a `RoutedService` whose second service is another model (base_adapter: asked
+    for its own weights): each llm() call goes to that model, never to the policy's."""
+    from fathom.rollout.service import RoutedService
+
+    _, tok = tiny
+    chat = ChatFormat(tok)
+    policy_seen, reader_seen = [], []
+
+    def policy(conversation: str) -> str:
+        policy_seen.append(conversation)
+        return "```repl\nprint('reader:', llm('who wrote it?', ctx[:400]))\n```"
+
+    def reader(conversation: str) -> str:
+        reader_seen.append(conversation)
+        return "the second model read it"
+
+    config = RolloutConfig(max_turns=1)
+    routed = RoutedService(
+        hf_service(ScriptedBackend(chat, policy)),
+        hf_service(ScriptedBackend(chat, reader)),
+        base_adapter=True,
+    )
+    (episode,) = build_engine(routed, chat, config, "base").run_sync(tasks[:1])
+    assert "reader: the second model read it" in episode.turns[0].observation
+    assert len(reader_seen) == 1 and "who wrote it?" in reader_seen[0]
+    assert len(policy_seen) == 1  # its one turn; the llm() call was not its to answer
+    assert routed.main.stats.requests == 1 and routed.base.stats.requests == 1
+    # without base_adapter the second service is asked to switch off an adapter it does not have
+    unrouted = RoutedService(routed.main, routed.base)
+    with pytest.raises(ValueError, match="no adapter to switch off"):
+        asyncio.run(unrouted.generate([1, 2], Sampling(max_new_tokens=2), adapter=False))
+
+
 def test_no_episode_waits_for_another_unless_turns_are_synchronous(tiny, tasks):
     """One episode's first cell sleeps; the others' next turns do not wait for it (continuous), unless
     ``sync_turns`` (every live episode's turn generated together)."""

@@ -118,3 +118,65 @@ def test_adapter_off_requests_are_refused():
 
     with pytest.raises(ValueError, match="route adapter-off requests"):
         asyncio.run(go())
+
+
+def test_a_second_models_engine_reads_the_adapter_off_requests():
+    """`fathom eval --reader-model`: two vLLM engines, the policy's and its reader's; `running` drives both,
+    and a request the engine sends adapter-off (an llm() call read by "base") reaches the reader's engine,
+    asked for its own weights."""
+    from fathom.rollout.service import RoutedService
+    from fathom.rollout.wiring import running
+
+    policy_engine, reader_engine = StepEngine(), StepEngine()
+    routed = RoutedService(service(policy_engine), service(reader_engine), base_adapter=True)
+
+    async def go():
+        with running(routed):
+            turn = await routed.generate([1], Sampling(max_new_tokens=3))
+            read = await routed.generate([2], Sampling(max_new_tokens=5), adapter=False)
+        return turn, read
+
+    turn, read = asyncio.run(go())
+    assert len(turn.ids) == 3 and len(read.ids) == 5
+    assert routed.main.stats.requests == 1 and routed.base.stats.requests == 1
+    assert policy_engine.steps == 3 and reader_engine.steps == 5
+    assert routed.main._thread is None and routed.base._thread is None  # both drivers stopped
+
+
+def test_two_engines_of_one_process_never_step_at_once():
+    """vLLM's in-process engines share the forward context (module globals): run 14's policy and reader
+    engines stepping together decoded garbage. Each engine here records whether another was mid-step."""
+    inside: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+
+    class Watched(StepEngine):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def step(self):
+            inside.append(self.name)
+            if len(inside) > 1:
+                overlaps.append(tuple(inside))
+            try:
+                return super().step()
+            finally:
+                inside.remove(self.name)
+
+    from fathom.rollout.service import RoutedService
+    from fathom.rollout.wiring import running
+
+    policy_engine, reader_engine = Watched("policy"), Watched("reader")
+    routed = RoutedService(service(policy_engine), service(reader_engine), base_adapter=True)
+
+    async def go():
+        with running(routed):
+            return await asyncio.gather(
+                *(routed.generate([i], Sampling(max_new_tokens=20)) for i in range(4)),
+                *(routed.generate([i], Sampling(max_new_tokens=20), adapter=False) for i in range(4)),
+            )
+
+    gens = asyncio.run(go())
+    assert all(len(g.ids) == 20 for g in gens)
+    assert policy_engine.steps >= 20 and reader_engine.steps >= 20  # both engines ran, interleaved
+    assert overlaps == []

@@ -32,6 +32,10 @@ def build_policy(args: argparse.Namespace) -> Any:
     from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy, TeacherPolicy
     from fathom.rollout import Sampling
 
+    if args.reader_model and args.policy != "rlm":
+        raise SystemExit(
+            "fathom eval: error: --reader-model is for --policy rlm (who answers its llm() calls)"
+        )
     if args.policy == "expert":
         return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     if args.policy == "teacher":
@@ -60,7 +64,11 @@ def build_policy(args: argparse.Namespace) -> Any:
     if args.policy == "direct":
         return DirectPolicy(model, **common)
     return RLMPolicy(
-        model, max_turns=args.max_turns or 6, sub_max_input_tokens=args.sub_max_input_tokens, **common
+        model,
+        max_turns=args.max_turns or 6,
+        sub_max_input_tokens=args.sub_max_input_tokens,
+        reader_model=args.reader_model,
+        **common,
     )
 
 
@@ -145,6 +153,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         help="offline name (tiny-smol, tiny-qwen, smollm2-135m), hub id, model or LoRA adapter directory "
         "(default tiny-smol; for expert and teacher, only its tokenizer is used)",
+    )
+    p.add_argument(
+        "--reader-model",
+        help="rlm only: a second model (same tokenizer) answers the policy's llm() calls, e.g. the untrained "
+        "model beside its fine-tune (default: the policy reads its own calls)",
     )
     p.add_argument("--label", help="name in tables and plots (default policy:model)")
     p.add_argument(

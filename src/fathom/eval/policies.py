@@ -5,9 +5,11 @@
 - `TeacherPolicy`: the teacher (`fathom.policies.teacher`: it knows only the conversation) through the same
   engine, its `llm()` calls read by `teacher_reader`; each row also says whether its code was grounded.
 - `DirectPolicy`: a model answering from its context window alone (`fathom.rollout.direct`).
-- `RLMPolicy`: a model in the REPL scaffold (the rollout engine), answering its own `llm()` calls. Its whole
-  conversation — first prompt, turns and REPL replies — must fit the same context window, and so must each
-  sub-call, so it never reads more at once than the direct baseline does.
+- `RLMPolicy`: a model in the REPL scaffold (the rollout engine), answering its own `llm()` calls, or with
+  ``reader_model`` a second model answering them (the untrained model beside a fine-tuned one: what the
+  policy's moves are worth with a reader its training did not narrow). Its whole conversation — first
+  prompt, turns and REPL replies — must fit the same context window, and so must each sub-call, so it never
+  reads more at once than the direct baseline does.
 
 Models generate through vLLM on a GPU where it is installed (``generation_mode`` "auto" or "vllm"), else
 through HF generate; every engine is built by `fathom.rollout.wiring.build_engine`.
@@ -51,7 +53,7 @@ from fathom.policies.scripted import expert_backend
 from fathom.policies.teacher import teacher_backend
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling, VLLMBackend
 from fathom.rollout.direct import run_direct
-from fathom.rollout.service import GenerationService
+from fathom.rollout.service import GenerationService, RoutedService
 from fathom.rollout.vllm_options import VLLMEngineOptions, engine_kwargs
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.tasks import Task
@@ -368,8 +370,9 @@ class RLMPolicy:
         vllm_memory: float = 0.3,
         vllm_kv_cache_gib: float = 0.0,
         sub_max_input_tokens: int | None = None,
+        reader_model: str | None = None,
     ) -> None:
-        self.model_name, self.max_turns = model, max_turns
+        self.model_name, self.max_turns, self.reader_model = model, max_turns, reader_model
         # what the policy's own reader is shown of an llm() call (None: the window less the reply), as in
         # training (rollout.sub_max_input_tokens); the environment's stated chunk size follows from it
         self.sub_max_input_tokens = sub_max_input_tokens
@@ -378,10 +381,22 @@ class RLMPolicy:
             model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
         )
         self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
+        self.service: GenerationService = self.engine.service
+        if reader_model is not None:
+            reader = load_model_engine(
+                reader_model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
+            )
+            # the engine writes each llm() prompt in the policy's tokens and reads the reply back with them
+            if reader.tokenizer.get_vocab() != self.tokenizer.get_vocab():
+                raise ValueError(
+                    f"the reader model {reader_model} has another tokenizer than the policy {model}: "
+                    "a reader must share the policy's vocabulary"
+                )
+            self.service = RoutedService(self.engine.service, reader.service, base_adapter=True)
         self.chat = ChatFormat(self.tokenizer)
         self.context_tokens = context_tokens or context_window(model, self.model)
         self.sampling = sampling or Sampling(max_new_tokens=256, temperature=0.0)
-        # Greedy sub-calls, with the turns' repetition penalty: the reader is the same model, decoded alike
+        # Greedy sub-calls, with the turns' repetition penalty: the reader is decoded as the policy's turns
         self.sub_sampling = Sampling(
             max_new_tokens=sub_max_new_tokens,
             temperature=0.0,
@@ -400,6 +415,7 @@ class RLMPolicy:
             "repetition_penalty": self.sampling.repetition_penalty,
             "max_turns": self.max_turns,
             "sub_max_input_tokens": self._sub_input(),
+            "reader_model": self.reader_model,  # None: the policy answers its own llm() calls
         }
 
     def _sub_input(self) -> int:
@@ -431,4 +447,5 @@ class RLMPolicy:
             sub_max_input_tokens=self._sub_input(),
             context_tokens=self.context_tokens,
         )
-        return run_in_scaffold(self.engine.service, self.chat, config, "policy", tasks)
+        reader = "policy" if self.reader_model is None else "base"  # "base": RoutedService's second model
+        return run_in_scaffold(self.service, self.chat, config, reader, tasks)

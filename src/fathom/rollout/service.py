@@ -10,7 +10,8 @@ waits for another's turn.
 - `VLLMService` drives a vLLM engine (``vllm.LLM``, TRL's colocated one included) with continuous batching:
   requests are added to the running engine as they arrive and answered as each finishes. One thread owns
   the engine; nothing else may call it while the service runs.
-- `RoutedService` sends adapter-off requests (`llm()` read by the base weights) to a second service.
+- `RoutedService` sends adapter-off requests (`llm()` read by the base weights, or by a second model) to a
+  second service.
 
 Timing and token counts per service are in `ServiceStats`. This module knows nothing of episodes.
 """
@@ -138,10 +139,14 @@ class BatchingService:
 
 
 class RoutedService:
-    """Policy requests to `main`; adapter-off requests (the base weights read an `llm()` call) to `base`."""
+    """Policy requests to `main`; adapter-off requests (the base weights read an `llm()` call) to `base`.
 
-    def __init__(self, main: GenerationService, base: GenerationService) -> None:
-        self.main, self.base = main, base
+    `base` is either the policy's own model with its adapter switched off (`base_adapter` False: it is asked
+    with ``adapter=False``) or a second model whose own weights read (`base_adapter` True: a separate reader,
+    such as the untrained model beside a fully fine-tuned policy, asked as it would be for its own turns)."""
+
+    def __init__(self, main: GenerationService, base: GenerationService, base_adapter: bool = False) -> None:
+        self.main, self.base, self.base_adapter = main, base, base_adapter
 
     @property
     def stats(self) -> ServiceStats:
@@ -157,7 +162,7 @@ class RoutedService:
     async def generate(self, prompt: list[int], sampling: Sampling, adapter: bool = True) -> Generation:
         if adapter:
             return await self.main.generate(prompt, sampling)
-        return await self.base.generate(prompt, sampling, adapter=False)
+        return await self.base.generate(prompt, sampling, adapter=self.base_adapter)
 
 
 def sampling_params(sampling: Sampling) -> Any:
@@ -201,6 +206,13 @@ def generation_of(output: Any, want_logprobs: bool) -> Generation:
             raise RuntimeError("vLLM returned no log-probs although they were asked for")
         lps = [step[tok].logprob for step, tok in zip(comp.logprobs, ids, strict=True)]
     return Generation(ids, comp.finish_reason == "stop", lps)
+
+
+# vLLM's in-process engines (VLLM_ENABLE_V1_MULTIPROCESSING=0, as TRL's colocated engine runs) keep the model's
+# forward context in module globals: two engines of one process stepping at once read each other's attention
+# metadata and decode garbage ("reached.addlocklocklock..."; run 14's second-model reader, bench/RESULTS.md).
+# So every engine of a process is called under this lock: one engine's step at a time.
+_ENGINE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -293,14 +305,16 @@ class VLLMService:
                         continue
                     rid = f"fathom-{next(self._ids)}"
                     params = self.make_params(item.sampling)
-                    self.llm_engine.add_request(rid, self.make_prompt(item.prompt), params)
+                    with _ENGINE_LOCK:
+                        self.llm_engine.add_request(rid, self.make_prompt(item.prompt), params)
                     live[rid] = item
                     self.stats.requests += 1
                 if not live:
                     continue
-                started = time.perf_counter()
-                outputs = self.llm_engine.step()
-                self.stats.seconds += time.perf_counter() - started
+                with _ENGINE_LOCK:
+                    started = time.perf_counter()
+                    outputs = self.llm_engine.step()
+                    self.stats.seconds += time.perf_counter() - started
                 self.stats.calls += 1
                 self.stats.peak_batch = max(self.stats.peak_batch, len(live))
                 for out in outputs:

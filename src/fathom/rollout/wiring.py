@@ -92,8 +92,10 @@ def vllm_service(llm: Any, base: GenerationService | None = None) -> VLLMService
 
 @contextlib.contextmanager
 def running(service: GenerationService) -> Any:
-    """Starts and stops whatever driver thread `service` needs (vLLM's), for the duration of a run."""
-    drivers = [s for s in (service, getattr(service, "main", None)) if isinstance(s, VLLMService)]
+    """Starts and stops whatever driver threads `service` needs (vLLM's: the policy's engine and, where
+    `llm()` goes to a second model's engine, that one's), for the duration of a run."""
+    parts = (service, getattr(service, "main", None), getattr(service, "base", None))
+    drivers = [s for s in parts if isinstance(s, VLLMService)]
     with contextlib.ExitStack() as stack:
         for driver in drivers:
             stack.enter_context(driver)
