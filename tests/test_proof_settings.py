@@ -116,3 +116,14 @@ def test_the_1_5b_student_trains_half_the_sequences_a_micro_batch_at_a_lower_rat
     settings(tmp_path / "half", PROOF_MODEL="qwen2.5-coder-0.5b")
     line = (tmp_path / "half" / "progress.log").read_text()
     assert "batch=4 x2 lr=5e-5 " in line and "micro=2 accum=8 lr=2e-5 " in line
+
+
+def test_the_untrained_reader_evaluations_are_asked_for_and_logged(tmp_path):
+    done = settings(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "eval_reader=own;" in (tmp_path / "progress.log").read_text()  # by default, its own reader only
+    done = settings(tmp_path / "b", PROOF_EVAL_READER="both")
+    assert done.returncode == 0, done.stderr
+    assert "eval_reader=both;" in (tmp_path / "b" / "progress.log").read_text()
+    done = settings(tmp_path / "c", PROOF_EVAL_READER="base")
+    assert done.returncode == 2 and "PROOF_EVAL_READER must be own or both" in done.stderr

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("trace_stats", ROOT / "scripts/gpu/trace_stats.py")
 trace_stats = importlib.util.module_from_spec(spec)
@@ -121,3 +123,31 @@ def test_the_floors_name_the_grpo_run_that_finished_and_none_without_grpo(monkey
     }
     masked = proof_tables.floors({**sft, "rlm-grpo-masked": {"heldout": split(0.8)}}, [])
     assert masked["grpo_run"] == "rlm-grpo-masked" and masked["in_distribution_at_least_75pct"]["met"] is True
+
+
+def test_the_untrained_readers_floors_are_checked_on_their_own_pair(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))
+    spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
+    proof_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(proof_tables)
+
+    def split(accuracy: float) -> dict:
+        return {"groups": {"all": {"accuracy": accuracy}}}
+
+    found = {
+        "direct": {"heldout_unseen": split(0.05)},
+        "rlm-sft": {"heldout": split(0.3), "heldout_unseen": split(0.0)},
+        "rlm-grpo": {"heldout": split(0.4), "heldout_unseen": split(0.02)},
+        "rlm-sft-br": {"heldout": split(0.5), "heldout_unseen": split(0.2)},
+        "rlm-grpo-br": {"heldout": split(0.8), "heldout_unseen": split(0.35)},
+    }
+    tests = [
+        {"a": "rlm-grpo-br", "b": "rlm-sft-br", "split": "heldout_unseen", "points": 15.0, "p_value": 0.01}
+    ]
+    own, untrained = proof_tables.floors(found, tests), proof_tables.floors(found, tests, "-br")
+    assert own["grpo_run"] == "rlm-grpo" and own["unseen_grpo_at_least_30pct"]["met"] is False
+    assert own["unseen_grpo_5_points_over_sft_p_below_0.05"]["met"] is None  # no test of that pair
+    assert untrained["grpo_run"] == "rlm-grpo-br" and untrained["sft_unseen"] == 0.2
+    assert untrained["unseen_grpo_at_least_30pct"]["met"] is True
+    assert untrained["unseen_grpo_20_points_over_direct"]["value"] == pytest.approx(0.30)
+    assert untrained["unseen_grpo_5_points_over_sft_p_below_0.05"]["met"] is True

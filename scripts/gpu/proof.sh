@@ -149,6 +149,12 @@ EVAL_REP_PENALTY=${PROOF_EVAL_REPETITION_PENALTY:-1.0}
 # set: the SFT model is evaluated a second time (rlm-sft-rp) at this penalty, beside its first evaluation, so
 # one run measures what the penalty does to the same model on the same tasks
 SFT_EVAL_REP_PENALTY=${PROOF_SFT_EVAL_REPETITION_PENALTY:-}
+# who reads the trained models' llm() calls in the evaluations. own: the model itself (as in training); both:
+# also the untrained model (rlm-sft-br, rlm-grpo-br, beside the first evaluations). Run 13's student reader
+# answered "not found" to 41 of 43 unseen calls: this measures what the policy's moves are worth with a reader
+# that SFT on the training families' questions did not narrow
+EVAL_READER=${PROOF_EVAL_READER:-own}
+case $EVAL_READER in own|both) ;; *) echo "PROOF_EVAL_READER must be own or both" >&2; exit 2 ;; esac
 if [ "$SFT_LORA" = 1 ]; then
   SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
   SFT_MODEL=$D/sft/final/merged
@@ -166,9 +172,11 @@ keep() { # small results into $D/keep (flat names); `pack` archives them
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$D/keep/$(echo "${f#"$D"/}" | tr / _)"; done
   return 0
 }
-evaluate() { # NAME POLICY MODEL LABEL [PENALTY]: both held-out splits, one model load; the rollouts' budget for rlm
+evaluate() { # NAME POLICY MODEL LABEL [PENALTY [READER]]: both held-out splits, one model load; the rollouts'
+  # budget for rlm; READER: a second model (its own vLLM engine) answers the policy's llm() calls
   local budget=()
   [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW" --sub-max-input-tokens "$SUB_INPUT")
+  [ -n "${6:-}" ] && budget+=(--reader-model "$6")
   fathom eval --policy "$2" --model "$3" --label "$4" \
     --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
@@ -196,7 +204,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "baselines=$BASELINES;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER;" "baselines=$BASELINES;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -270,7 +278,15 @@ stage_grpo_masked() { grpo_run grpo-masked false "$(grpo_minutes)" 29527; }
 stage_grpo_b() {
   grpo_run grpo-b true "$(grpo_minutes)" 29537 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING --grpo.learning_rate=$GRPO_LR_B"
 }
+stage_sft_eval_br() { evaluate rlm-sft-br rlm "$SFT_MODEL" "rlm (SFT, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"; }
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
+stage_final_br() {
+  evaluate rlm-grpo-br rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"
+}
+finals() { # the trained GRPO run's evaluations: with its own reader and, with PROOF_EVAL_READER=both, the untrained one's
+  if [ "$EVAL_READER" = both ]; then step final_br & local br=$!; step final || { wait "$br"; return 1; }; wait "$br"
+  else step final; fi
+}
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
 stage_final_b() { evaluate rlm-grpo-b rlm "$D/grpo-b/final/merged" "rlm (SFT+GRPO, sub-calls trained, lr $GRPO_LR_B)"; }
 stage_report() { # the trained-sub-calls run's report (the masked run's if that one did not finish)
@@ -393,8 +409,10 @@ stage_pipeline() {
   step sft_eval & local sft_eval=$!
   local sft_eval_rp=
   if [ -n "$SFT_EVAL_REP_PENALTY" ]; then step sft_eval_rp & sft_eval_rp=$!; fi
+  local sft_eval_br=
+  if [ "$EVAL_READER" = both ]; then step sft_eval_br & sft_eval_br=$!; fi
   local trained=
-  if [ "$GRPO_RUNS" != none ]; then { step grpo && step final; } & trained=$!
+  if [ "$GRPO_RUNS" != none ]; then { step grpo && finals; } & trained=$!
   else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
   local second=
   case $GRPO_RUNS in
@@ -402,7 +420,7 @@ stage_pipeline() {
     lr-pair) { step grpo_b && step final_b; } & second=$! ;;
   esac
   local status=0
-  for pid in $baselines $sft_eval $sft_eval_rp $trained $second; do wait "$pid" || status=1; done
+  for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $trained $second; do wait "$pid" || status=1; done
   if [ "$GRPO_RUNS" != none ]; then step report || status=1; fi
   step pack
   return $status

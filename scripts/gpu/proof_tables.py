@@ -6,7 +6,8 @@ DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_
 ``eval_<name>_eval.jsonl`` for the training families' split (``heldout``) and ``eval_<name>-unseen_*`` for the
 unseen families' (``heldout_unseen``). Prints markdown: accuracy with 95% Wilson intervals per family and per
 length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the
-same tasks; where the folder holds sampled episodes (``eval_<name>[-unseen]_traces_sample.jsonl``), what went
+same tasks (and, where the trained models were also evaluated with the untrained model reading their llm()
+calls, ``eval_<name>-br_*``, those against their own reader's); where the folder holds sampled episodes (``eval_<name>[-unseen]_traces_sample.jsonl``), what went
 wrong inside them (`trace_stats.py`). With --json, writes per policy and split n, correct, accuracy, ci_low and
 ci_high (and the groups), the McNemar results, the issue's floors checked, those episode figures, and the
 commands (one per line of --commands).
@@ -33,7 +34,12 @@ POLICIES = (  # (name in the archive, label)
     ("rlm-grpo-masked", "RLM scaffold, SFT + GRPO (sub-calls masked)"),
     ("rlm-grpo", "RLM scaffold, SFT + GRPO (sub-calls trained)"),
     ("rlm-grpo-b", "RLM scaffold, SFT + GRPO (sub-calls trained, second learning rate)"),
+    ("rlm-sft-br", "RLM scaffold, after SFT, its llm() calls read by the untrained model"),
+    ("rlm-grpo-br", "RLM scaffold, SFT + GRPO, its llm() calls read by the untrained model"),
 )
+# with PROOF_EVAL_READER=both, each trained model is also evaluated with the untrained model as its reader
+# ("-br"), and the floors are checked for that pair of evaluations as well
+READERS = (("own", ""), ("untrained", "-br"))
 SPLITS = (("heldout", ""), ("heldout_unseen", "-unseen"))
 COMPARISONS = (
     ("rlm-grpo", "rlm-sft"),
@@ -42,6 +48,9 @@ COMPARISONS = (
     ("rlm-grpo", "rlm-grpo-masked"),
     ("rlm-grpo-b", "rlm-sft"),
     ("rlm-grpo-b", "rlm-grpo"),
+    ("rlm-sft-br", "rlm-sft"),
+    ("rlm-grpo-br", "rlm-grpo"),
+    ("rlm-grpo-br", "rlm-sft-br"),
 )
 
 
@@ -106,22 +115,26 @@ def comparisons(found: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
     return results
 
 
-def floors(found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's floors, each with the measured value and whether it is met (None: not measured)."""
+def floors(
+    found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, Any]], reader: str = ""
+) -> dict[str, Any]:
+    """The issue's floors, each with the measured value and whether it is met (None: not measured).
+    `reader`: "" for the trained models reading their own llm() calls, "-br" for the untrained reader's."""
 
     def acc(name: str | None, split: str) -> float | None:
         d = found.get(name or "", {}).get(split)
         return None if d is None else d["groups"]["all"]["accuracy"]
 
     # the SFT+GRPO run that finished; None where none did (PROOF_GRPO_RUNS=none: SFT only)
-    grpo = next((name for name in ("rlm-grpo", "rlm-grpo-masked") if name in found), None)
+    runs = ("rlm-grpo", "rlm-grpo-masked") if not reader else (f"rlm-grpo{reader}",)
+    grpo = next((name for name in runs if name in found), None)
     grpo_u, direct_u, sft_u, grpo_s = (
         acc(grpo, "heldout_unseen"),
         acc("direct", "heldout_unseen"),
-        acc("rlm-sft", "heldout_unseen"),
+        acc(f"rlm-sft{reader}", "heldout_unseen"),
         acc(grpo, "heldout"),
     )
-    key = (grpo, "rlm-sft", "heldout_unseen")
+    key = (grpo, f"rlm-sft{reader}", "heldout_unseen")
     test = next((t for t in tests if (t["a"], t["b"], t["split"]) == key), None)
 
     def check(value: float | None, ok: bool | None) -> dict[str, Any]:
@@ -217,7 +230,11 @@ def main() -> None:
         record = {
             "policies": policies,
             "mcnemar": tests,
-            "floors": floors(found, tests),
+            **{
+                "floors" if not suffix else f"floors_{reader}_reader": floors(found, tests, suffix)
+                for reader, suffix in READERS
+                if not suffix or f"rlm-sft{suffix}" in found
+            },
             "trace_stats": {f"{name}/{split}": f for (name, split), f in inside.items()},
             "commands": commands,
         }
