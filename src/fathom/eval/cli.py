@@ -8,6 +8,8 @@
     fathom eval --policy rlm --model tiny-smol --tasks data/heldout.jsonl --out runs/x/eval/rlm-base
     fathom eval --policy rlm --model runs/x/checkpoints/final --label trained --context-tokens 2048 \\
                 --tasks data/heldout.jsonl --out runs/x/eval/rlm-trained
+    fathom eval --policy rlm --model runs/x/final/merged --reader-model smollm2-135m \\
+                --tasks data/heldout.jsonl --out runs/x/eval/rlm-br   # the untrained model reads llm() calls
 
 Rerunning the same command after an interruption continues where it stopped. This module parses
 arguments, builds the policy and prints the summary table; the loop is `fathom.eval.runner`.
