@@ -127,3 +127,16 @@ def test_the_untrained_reader_evaluations_are_asked_for_and_logged(tmp_path):
     assert "eval_reader=both;" in (tmp_path / "b" / "progress.log").read_text()
     done = settings(tmp_path / "c", PROOF_EVAL_READER="base")
     assert done.returncode == 2 and "PROOF_EVAL_READER must be own or both" in done.stderr
+
+
+def test_grpo_with_the_untrained_reader_needs_a_lora_sft_and_evaluates_both_readers(tmp_path):
+    done = settings(tmp_path, PROOF_GRPO_READER="base", PROOF_GRPO_RUNS="trained")
+    assert done.returncode == 2 and "needs PROOF_SFT_LORA=1" in done.stderr
+    done = settings(tmp_path / "both", PROOF_GRPO_READER="base", PROOF_SFT_LORA="1")
+    assert done.returncode == 2 and "PROOF_GRPO_RUNS=both (trained vs masked) does not apply" in done.stderr
+    done = settings(tmp_path / "ok", PROOF_GRPO_READER="base", PROOF_SFT_LORA="1", PROOF_GRPO_RUNS="trained")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "ok" / "progress.log").read_text()
+    assert "eval_reader=both; grpo_reader=base;" in line and "lora=1 " in line
+    done = settings(tmp_path / "bad", PROOF_GRPO_READER="teacher")
+    assert done.returncode == 2 and "PROOF_GRPO_READER must be own or base" in done.stderr

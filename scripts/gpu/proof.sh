@@ -155,6 +155,19 @@ SFT_EVAL_REP_PENALTY=${PROOF_SFT_EVAL_REPETITION_PENALTY:-}
 # that SFT on the training families' questions did not narrow
 EVAL_READER=${PROOF_EVAL_READER:-own}
 case $EVAL_READER in own|both) ;; *) echo "PROOF_EVAL_READER must be own or both" >&2; exit 2 ;; esac
+# who reads the policy's llm() calls in GRPO. own: the policy itself (its sub-calls trained or masked, per run);
+# base: the untrained model, frozen (rollout.sub_lm = "base", the 1.5B reference recipe's reader): the SFT
+# adapter is trained further and switched off for each llm() call, so it needs PROOF_SFT_LORA=1; the sub-calls
+# are then not the policy's to train, and the models are evaluated with the untrained reader too
+GRPO_READER=${PROOF_GRPO_READER:-own}
+case $GRPO_READER in
+  own) ;;
+  base)
+    [ "$SFT_LORA" = 1 ] || { echo "PROOF_GRPO_READER=base needs PROOF_SFT_LORA=1: with the adapter off, the untrained model reads" >&2; exit 2; }
+    [ "$GRPO_RUNS" = both ] && { echo "PROOF_GRPO_READER=base trains no sub-calls: PROOF_GRPO_RUNS=both (trained vs masked) does not apply" >&2; exit 2; }
+    EVAL_READER=both ;;
+  *) echo "PROOF_GRPO_READER must be own or base" >&2; exit 2 ;;
+esac
 if [ "$SFT_LORA" = 1 ]; then
   SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
   SFT_MODEL=$D/sft/final/merged
@@ -204,7 +217,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER;" "baselines=$BASELINES;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -239,7 +252,8 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
   # PROOF_SFT_LORA=1, continuing the SFT adapter; resumes from DIR's newest checkpoint.
   # PORT: TRL's colocated vLLM opens a torch.distributed store, one port per run on the machine
   export MASTER_PORT=$4
-  local init=$SFT_MODEL
+  local init=$SFT_MODEL train_subcalls=$2 sub_lm=policy
+  if [ "$GRPO_READER" = base ]; then train_subcalls=false sub_lm=base; fi
   if [ "$SFT_LORA" = 1 ]; then
     init=$D/sft/final/adapter
     # after `restore` the SFT adapter is not here (it does not come back): the carried checkpoint's adapter is
@@ -258,7 +272,8 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
     --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
     --rollout.sub_max_input_tokens="$SUB_INPUT" \
     --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
-    --rollout.train_subcalls="$2" --run.gpu_memory_fraction="$GRPO_GPU_SHARE" ${5:-} ${GRPO_ARGS:-} \
+    --rollout.train_subcalls="$train_subcalls" --rollout.sub_lm="$sub_lm" \
+    --run.gpu_memory_fraction="$GRPO_GPU_SHARE" ${5:-} ${GRPO_ARGS:-} \
     > "$D/logs/$1.log" 2>&1
   keep "$D/$1/summary.json" "$D/$1/metrics.jsonl" "$D/$1/config.toml"
   { head -n 32 "$D/$1/traces.jsonl"; tail -n 64 "$D/$1/traces.jsonl"; } > "$D/$1/traces_sample.jsonl"
@@ -279,7 +294,8 @@ stage_grpo_b() {
   grpo_run grpo-b true "$(grpo_minutes)" 29537 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING --grpo.learning_rate=$GRPO_LR_B"
 }
 stage_sft_eval_br() { evaluate rlm-sft-br rlm "$SFT_MODEL" "rlm (SFT, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"; }
-stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, sub-calls trained)"; }
+GRPO_LABEL=$([ "$GRPO_READER" = base ] && echo "untrained reader in training" || echo "sub-calls trained")
+stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, $GRPO_LABEL)"; }
 stage_final_br() {
   evaluate rlm-grpo-br rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"
 }
@@ -306,7 +322,7 @@ stage_pack() { # one archive of everything kept (the device returns at most 8 fi
 settings_record() { # what a carried run must match when it continues (not the budget or the GPU's shares)
   printf '%s\n' "model=$MODEL" "scale=${PROOF_SCALE:-full}" "device=$DEVICE" "sft_lora=$SFT_LORA" \
     "sft_lora_r=$SFT_LORA_R" "sft_lora_alpha=$SFT_LORA_ALPHA" "sft=$SFT_TASKS x$SFT_EPOCHS batch $SFT_BATCH x$SFT_ACCUM lr $SFT_LR slips $SFT_TEACHER_SLIPS" \
-    "grpo=micro $MICRO accum $ACCUM lr $GRPO_LR seed $GRPO_SEED subcall_rows $SUBCALL_ROWS" \
+    "grpo=micro $MICRO accum $ACCUM lr $GRPO_LR seed $GRPO_SEED subcall_rows $SUBCALL_ROWS reader $GRPO_READER" \
     "rollout=turns $TURNS new $NEW total $TOTAL sub_input $SUB_INPUT mode $GEN_MODE" "grpo_args=${GRPO_ARGS:-}"
 }
 die() { echo "proof.sh: $*" >&2; exit 1; }
