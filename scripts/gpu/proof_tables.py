@@ -5,12 +5,12 @@
 DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_<name>_summary.json`` and
 ``eval_<name>_eval.jsonl`` for the training families' split (``heldout``) and ``eval_<name>-unseen_*`` for the
 unseen families' (``heldout_unseen``). Prints markdown: accuracy with 95% Wilson intervals per family and per
-length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the
-same tasks (and, where the trained models were also evaluated with the untrained model reading their llm()
-calls, ``eval_<name>-br_*``, those against their own reader's); where the folder holds sampled episodes (``eval_<name>[-unseen]_traces_sample.jsonl``), what went
-wrong inside them (`trace_stats.py`). With --json, writes per policy and split n, correct, accuracy, ci_low and
-ci_high (and the groups), the McNemar results, the issue's floors checked, those episode figures, and the
-commands (one per line of --commands).
+length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the same
+tasks (and, where the trained models were also evaluated with the untrained model reading their llm() calls,
+``eval_<name>-br_*``, those against their own reader's); where the folder holds sampled episodes
+(``eval_<name>[-unseen]_traces_sample.jsonl``), what went wrong inside them (`trace_stats.py`). With --json,
+writes per policy and split n, correct, accuracy, ci_low and ci_high (and the groups), the McNemar results, the
+issue's floors checked, those episode figures, and the commands (one per line of --commands).
 """
 
 from __future__ import annotations

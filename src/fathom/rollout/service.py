@@ -210,8 +210,8 @@ def generation_of(output: Any, want_logprobs: bool) -> Generation:
 
 # vLLM's in-process engines (VLLM_ENABLE_V1_MULTIPROCESSING=0, as TRL's colocated engine runs) keep the model's
 # forward context in module globals: two engines of one process stepping at once read each other's attention
-# metadata and decode garbage ("reached.addlocklocklock..."; run 14's second-model reader, bench/RESULTS.md).
-# So every engine of a process is called under this lock: one engine's step at a time.
+# metadata and decode garbage (bench/RESULTS.md, run 14). So every engine of a process is called under this
+# lock: one engine's step at a time.
 _ENGINE_LOCK = threading.Lock()
 
 
