@@ -72,11 +72,21 @@ def test_counts_errors_cuts_repeats_and_recoveries(tmp_path):
     assert json.loads((tmp_path / "out.json").read_text())[path.name] == stats
 
 
-def test_proof_tables_reads_the_samples_a_proof_archive_holds(tmp_path, monkeypatch):
+def load_proof_tables(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))  # proof_tables imports trace_stats from there
     spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
     proof_tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(proof_tables)
+    return proof_tables
+
+
+def split(accuracy: float) -> dict:
+    """An evaluation summary's split as the floors read it: only its overall accuracy."""
+    return {"groups": {"all": {"accuracy": accuracy}}}
+
+
+def test_proof_tables_reads_the_samples_a_proof_archive_holds(tmp_path, monkeypatch):
+    proof_tables = load_proof_tables(monkeypatch)
     rows = [episode("answered", turn("read(kept)", NAME_ERROR), turn("FINAL(1)"))]
     (tmp_path / "eval_rlm-sft-unseen_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
     (tmp_path / "eval_no-such-policy_traces_sample.jsonl").write_text(json.dumps(rows[0]) + "\n")
@@ -107,14 +117,7 @@ def test_counts_the_readers_replies_at_budget_looping_and_not_found():
 
 
 def test_the_floors_name_the_grpo_run_that_finished_and_none_without_grpo(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))
-    spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
-    proof_tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(proof_tables)
-
-    def split(accuracy: float) -> dict:
-        return {"groups": {"all": {"accuracy": accuracy}}}
-
+    proof_tables = load_proof_tables(monkeypatch)
     sft = {"rlm-sft": {"heldout": split(0.3), "heldout_unseen": split(0.0)}}
     only_sft = proof_tables.floors(sft, [])
     assert only_sft["grpo_run"] is None and only_sft["in_distribution_at_least_75pct"] == {
@@ -126,14 +129,7 @@ def test_the_floors_name_the_grpo_run_that_finished_and_none_without_grpo(monkey
 
 
 def test_the_untrained_readers_floors_are_checked_on_their_own_pair(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts/gpu"))
-    spec = importlib.util.spec_from_file_location("proof_tables", ROOT / "scripts/gpu/proof_tables.py")
-    proof_tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(proof_tables)
-
-    def split(accuracy: float) -> dict:
-        return {"groups": {"all": {"accuracy": accuracy}}}
-
+    proof_tables = load_proof_tables(monkeypatch)
     found = {
         "direct": {"heldout_unseen": split(0.05)},
         "rlm-sft": {"heldout": split(0.3), "heldout_unseen": split(0.0)},
