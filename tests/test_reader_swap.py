@@ -1,0 +1,38 @@
+"""bench/reader_swap.py: a recorded episode replayed with its recorded turns and reader replies reproduces every
+observation, and hands each llm() call the chunk the student's reader was shown."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from fathom.eval.policies import TeacherPolicy
+from fathom.rollout import ChatFormat
+from fathom.tasks import generate_task
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("reader_swap", ROOT / "bench/reader_swap.py")
+reader_swap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reader_swap)
+
+
+def test_a_replay_reproduces_the_episode_and_its_reader_calls():
+    task = generate_task("code_calls", 0, 8192)  # an unseen family, whose teacher delegates its reading
+    teacher = TeacherPolicy(tokenizer_name="tiny-qwen", max_turns=10)
+    (row,) = teacher.run([task])
+    trace = row["trace"]
+    recorded = [s for t in trace["turns"] for s in t["subcalls"]]
+    assert recorded, "the teacher's episode should read through llm()"
+    chat = ChatFormat(teacher.chat.tokenizer)
+    calls, differ = reader_swap.replay(trace, task, chat, teacher.sub_max_input_tokens, max_turns=10)
+    assert differ == 0
+    assert [(p, r) for p, _, r in calls] == [(s["prompt"], s["reply"]) for s in recorded]
+    assert all(0 < len(chunk) <= s["chunk_chars"] for (_, chunk, _), s in zip(calls, recorded, strict=True))
+    # a replay that does not see what the episode saw is counted, not hidden
+    trace["turns"][0]["observation"] += "something else"
+    assert reader_swap.replay(trace, task, chat, teacher.sub_max_input_tokens, max_turns=10)[1] == 1
+
+
+def test_gold_is_held_only_when_every_item_is():
+    assert reader_swap.holds("calls: Encode_Lily, pack_fox", ["encode_lily", "pack_fox"])
+    assert not reader_swap.holds("calls: encode_lily", ["encode_lily", "pack_fox"])
