@@ -1,10 +1,14 @@
 """Another reader for a student's recorded `llm()` calls: replay sampled evaluation episodes, ask a model.
 
     PYTHONPATH=src python bench/reader_swap.py TRACES TASKS --reader MODEL [--tokenizer MODEL]
-        [--sub-input-tokens 4096] [--max-turns 10] [--max-new-tokens 128] [--max-chunk-tokens N] [--limit N] [--out FILE.json]
+        [--sub-input-tokens 4096] [--max-turns 10] [--max-new-tokens 128] [--max-chunk-tokens N] [--limit N]
+        [--out FILE.json]
 
-TRACES is a ``traces_sample.jsonl`` of `fathom eval` (`scripts/gpu/proof.sh` keeps them), TASKS the held-out
-file its episodes ran on (rebuilt with the same `fathom data build` seed: the script checks every replayed
+    PYTHONPATH=src python bench/reader_swap.py teacher TASKS [--per-family 6] [--max-length 32768] [--reader MODEL]
+
+TRACES is a ``traces_sample.jsonl`` of `fathom eval` (`scripts/gpu/proof.sh` keeps them), or ``teacher``: the
+teacher's own episodes on the first ``--per-family`` tasks of each family of TASKS. TASKS is the held-out
+file the episodes ran on (rebuilt with the same `fathom data build` seed: the script checks every replayed
 observation against the recorded one). Each episode is replayed through the real rollout engine and
 sandbox: the policy's turns are the recorded texts, and each `llm()` call is answered with the reply the
 student's own reader gave then, so every cell sees what it saw and the chunks are the student's own. Each call
@@ -12,9 +16,10 @@ student's own reader gave then, so every cell sees what it saw and the chunks ar
 greedy, as the engine would ask it (`fathom.rollout.engine.sub_prompt_ids`).
 
 Prints one JSON object: per call the chunk's size, whether the chunk holds the gold answer, and whether the
-recorded reply and the new reader's reply hold it or say "not found"; and those counts summed. What it
-measures is a reader on the calls this student made, not an episode: after a different reply the student
-would have written different cells. It runs on CPU (slow for a 1.5B model: ~1 min a call on 2 cores).
+recorded reply and (with ``--reader``) the new reader's reply hold it or say "not found"; and those counts
+summed, in all and per family. What it measures is a reader on the calls this student made, not an episode:
+after a different reply the student would have written different cells. It runs on CPU (slow for a 1.5B model:
+~40 s a call on 2 cores).
 """
 
 from __future__ import annotations
@@ -99,58 +104,101 @@ def replay(
     return [(p, c, r) for (p, c), r in zip(reader.shown, replies, strict=False)], differ
 
 
+def teacher_rows(
+    tasks: Sequence[Task], tokenizer: str, per_family: int, max_turns: int, sub_input: int
+) -> list[dict[str, Any]]:
+    """The teacher's episodes on the first `per_family` tasks of each family, as rows of an eval sample."""
+    from fathom.eval.policies import TeacherPolicy
+
+    families = sorted({t.family for t in tasks})
+    chosen = [t for f in families for t in [t for t in tasks if t.family == f][:per_family]]
+    teacher = TeacherPolicy(tokenizer_name=tokenizer, max_turns=max_turns, sub_max_input_tokens=sub_input)
+    return [{"trace": r["trace"], "correct": r["correct"]} for r in teacher.run(chosen)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces")
+    parser.add_argument("traces", help="a traces_sample.jsonl, or 'teacher': play the teacher on TASKS")
     parser.add_argument("tasks")
-    parser.add_argument("--reader", required=True, help="the model that reads the recorded calls")
-    parser.add_argument("--tokenizer", help="the student's tokenizer (default: the reader's)")
+    parser.add_argument("--reader", help="the model that reads the calls (none: only where the answer lies)")
+    parser.add_argument("--tokenizer", help="the student's tokenizer (default: the reader's, else tiny-qwen)")
     parser.add_argument("--sub-input-tokens", type=int, default=4096, help="rollout.sub_max_input_tokens")
     parser.add_argument("--max-turns", type=int, default=10, help="the evaluation's turn cap")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="rollout.sub_max_new_tokens")
     parser.add_argument("--max-chunk-tokens", type=int, help="skip calls whose prompt is longer (CPU time)")
+    parser.add_argument("--max-length", type=int, help="only tasks of at most this many tokens")
+    parser.add_argument("--per-family", type=int, default=6, help="with 'teacher': tasks a family")
     parser.add_argument("--limit", type=int, help="only the first N episodes")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
 
-    tasks = {t.id: t for t in load_tasks(args.tasks)}
-    lines = Path(args.traces).read_text().splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()][: args.limit]
-    chat = ChatFormat(load_tokenizer(ModelSpec(name=args.tokenizer or args.reader)))
-    model, tokenizer = load_model(ModelSpec(name=args.reader, dtype="float32", device="cpu"))
-    if tokenizer.get_vocab() != chat.tokenizer.get_vocab():
-        raise SystemExit(f"the reader {args.reader} does not share the student's tokenizer")
-    calls, unfaithful, started = [], 0, time.perf_counter()
+    tasks = [
+        t for t in load_tasks(args.tasks) if args.max_length is None or t.length_tokens <= args.max_length
+    ]
+    by_id = {t.id: t for t in tasks}
+    tokenizer_name = args.tokenizer or args.reader or "tiny-qwen"
+    chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
+    model = None
+    if args.reader:
+        model, tokenizer = load_model(ModelSpec(name=args.reader, dtype="float32", device="cpu"))
+        if tokenizer.get_vocab() != chat.tokenizer.get_vocab():
+            raise SystemExit(f"the reader {args.reader} does not share the student's tokenizer")
+    started = time.perf_counter()
+    if args.traces == "teacher":
+        rows = teacher_rows(tasks, tokenizer_name, args.per_family, args.max_turns, args.sub_input_tokens)
+    else:
+        lines = Path(args.traces).read_text().splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+        rows = [r for r in rows if r["trace"]["task_id"] in by_id]
+    rows = rows[: args.limit]
+    calls, unfaithful = [], 0
     for row in rows:
         trace = row["trace"]
-        task = tasks[trace["task_id"]]
+        task = by_id[trace["task_id"]]
         shown, differ = replay(trace, task, chat, args.sub_input_tokens, args.max_turns)
         unfaithful += differ > 0
+        gold = gold_items(task)
         for prompt, chunk, old in shown:
             ids = sub_prompt_ids(chat, SubLMRequest(prompt, chunk), args.sub_input_tokens)
             if args.max_chunk_tokens and len(ids) > args.max_chunk_tokens:
                 continue
-            with torch.no_grad():
-                out = model.generate(
-                    torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id,
-                )  # fmt: skip
-            new = chat.turn_text(out[0, len(ids) :].tolist()).strip()
-            gold = gold_items(task)
-            calls.append({
+            call = {
                 "task": task.id, "family": task.family, "prompt_tokens": len(ids),
                 "chunk_holds_gold": holds(chunk, gold), "old_holds_gold": holds(old, gold),
-                "new_holds_gold": holds(new, gold), "old_not_found": bool(NOT_FOUND.search(old)),
-                "new_not_found": bool(NOT_FOUND.search(new)), "old": old[:300], "new": new[:300],
-            })  # fmt: skip
-            print(json.dumps(calls[-1]), flush=True)
-    keys = ("chunk_holds_gold", "old_holds_gold", "new_holds_gold", "old_not_found", "new_not_found")
+                "old_not_found": bool(NOT_FOUND.search(old)), "old": old[:300],
+            }  # fmt: skip
+            if model is not None:
+                with torch.no_grad():
+                    out = model.generate(
+                        torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False,
+                        pad_token_id=chat.tokenizer.pad_token_id,
+                    )  # fmt: skip
+                new = chat.turn_text(out[0, len(ids) :].tolist()).strip()
+                call.update(
+                    new_holds_gold=holds(new, gold), new_not_found=bool(NOT_FOUND.search(new)), new=new[:300]
+                )
+            calls.append(call)
+            print(json.dumps(call), flush=True)
+    keys = [k for k in ("chunk_holds_gold", "old_holds_gold", "new_holds_gold", "old_not_found", "new_not_found")
+            if model is not None or not k.startswith("new")]  # fmt: skip
     with_gold = [c for c in calls if c["chunk_holds_gold"]]
+    families = sorted({by_id[r["trace"]["task_id"]].family for r in rows})
     summary = {
         "reader": args.reader, "traces": args.traces, "episodes": len(rows),
         "episodes_replayed_unfaithfully": unfaithful, "calls": len(calls),
         **{k: sum(c[k] for c in calls) for k in keys},
         "of_calls_whose_chunk_holds_gold": {k: sum(c[k] for c in with_gold) for k in keys[1:]},
+        "by_family": {
+            f: {
+                "episodes": sum(by_id[r["trace"]["task_id"]].family == f for r in rows),
+                # an eval sample's rows hold no score; the teacher's do
+                "correct": sum(r["correct"] for r in rows if by_id[r["trace"]["task_id"]].family == f)
+                if all("correct" in r for r in rows) else None,
+                "calls": sum(c["family"] == f for c in calls),
+                "chunks_holding_gold": sum(c["family"] == f and c["chunk_holds_gold"] for c in calls),
+            }
+            for f in families
+        },
         "seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip
     print(json.dumps(summary))

@@ -36,3 +36,10 @@ def test_a_replay_reproduces_the_episode_and_its_reader_calls():
 def test_gold_is_held_only_when_every_item_is():
     assert reader_swap.holds("calls: Encode_Lily, pack_fox", ["encode_lily", "pack_fox"])
     assert not reader_swap.holds("calls: encode_lily", ["encode_lily", "pack_fox"])
+
+
+def test_the_teachers_episodes_come_as_an_eval_samples_rows_with_their_scores():
+    tasks = [generate_task(family, seed, 8192) for family in ("code_calls", "niah") for seed in range(3)]
+    rows = reader_swap.teacher_rows(tasks, "tiny-qwen", per_family=2, max_turns=10, sub_input=4096)
+    assert [r["trace"]["task_id"] for r in rows] == [t.id for t in (tasks[0], tasks[1], tasks[3], tasks[4])]
+    assert all(isinstance(r["correct"], bool) for r in rows) and any(r["correct"] for r in rows)
