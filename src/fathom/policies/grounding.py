@@ -202,7 +202,7 @@ def _pattern_literals(tree: ast.AST) -> Iterator[tuple[str, bool]]:
         if not isinstance(node, ast.Call):
             continue
         name = _func_name(node.func)
-        targets: list[ast.AST] = _prompts(node)
+        targets: list[ast.AST] = []  # llm() / llm_batch() prompts are already prose (_block_prompts)
         if name == "print":
             targets = [*node.args, *(k.value for k in node.keywords)]
         elif name == "join" and isinstance(node.func, ast.Attribute):
