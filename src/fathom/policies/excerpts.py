@@ -194,6 +194,12 @@ for i in kept[:4]:
             "The answer depends on which part a line belongs to, so I keep the heading lines with the hits.",
             "Keep every heading line as well as the hit lines, so the reader knows where each hit sits.",
         )
+    elif cut.keys and cut.context:  # the question asks about a line next to another: the reason is said first
+        terms = named(cut.keys, width=20)
+        thought = (
+            f"Before/after: I keep {terms} hits and {cut.context} lines around.",
+            f"Next to a line: {terms} hits, {cut.context} lines each side.",
+        )
     elif cut.keys:  # which of the question's terms it keeps: the choice is shown, not only its result
         terms = named(cut.keys, width=20)
         thought = (
