@@ -122,7 +122,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             tasks = load_tasks(tasks)
         self._tasks = {t.id: t for t in tasks or ()}
         self._sandbox: Sandbox | None = None
-        self._retiring: asyncio.Task[None] | None = None  # the ended episode's worker, being killed
+        self._retiring: list[asyncio.Task[None]] = []  # ended episodes' workers, being killed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_loop: asyncio.AbstractEventLoop | None = None  # the sync API's own loop, on its own thread
         self._sync_thread: threading.Thread | None = None
@@ -173,7 +173,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         **_: Any,
     ) -> RLMObservation:
         resolved = self.resolve_task(task, task_id, family, seed, length_tokens)
-        await self._close_sandbox()
+        await self._close_sandbox(wait_last=False)
         self._loop = asyncio.get_running_loop()
         self._task, self._reward, self.trace = resolved, None, []
         ctx_path, ctx_text = self._document_source(resolved)
@@ -393,19 +393,24 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
     # ---- teardown --------------------------------------------------------------------------------
     def _retire_sandbox(self) -> None:
         """Kill the ended episode's worker without holding back its final observation (the teardown, ~2 ms
-        of SIGKILL, exit and cgroup removal, overlaps the client's next request). The next reset and
-        ``aclose`` wait for it and raise what it raised."""
+        of SIGKILL, exit and cgroup removal, overlaps the client's next request)."""
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
-            self._retiring = asyncio.ensure_future(sandbox.close())
+            self._retiring.append(asyncio.ensure_future(sandbox.close()))
 
-    async def _close_sandbox(self) -> None:
+    async def _close_sandbox(self, wait_last: bool = True) -> None:
+        """Close the live worker and wait for the retiring ones, raising what their teardown raised. With
+        ``wait_last=False`` (a reset) the newest retirement may go on beside the new episode: a reset does
+        not wait for the last episode's exit, and the next reset or ``aclose`` collects it, so an
+        environment has at most one worker dying in the background."""
         sandbox, self._sandbox = self._sandbox, None
-        retiring, self._retiring = self._retiring, None
         if sandbox is not None:
             await sandbox.close()
-        if retiring is not None:
-            await retiring
+        retiring, self._retiring = self._retiring, []
+        if not wait_last and retiring and not retiring[-1].done():
+            self._retiring.append(retiring.pop())
+        for task in retiring:
+            await task
 
     async def aclose(self) -> None:
         await self._close_sandbox()
