@@ -409,8 +409,9 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         retiring, self._retiring = self._retiring, []
         if not wait_last and retiring and not retiring[-1].done():
             self._retiring.append(retiring.pop())
-        for task in retiring:
-            await task
+        errors = [e for e in await asyncio.gather(*retiring, return_exceptions=True) if e is not None]
+        if errors:  # every teardown is collected first, so none is left with its error unretrieved
+            raise errors[0]
 
     async def aclose(self) -> None:
         await self._close_sandbox()
