@@ -133,6 +133,14 @@ case $GRPO_RUNS in
   none) ;;
   *) echo "PROOF_GRPO_RUNS must be both, lr-pair, trained or none" >&2; exit 2 ;;
 esac
+# run: the GRPO runs are evaluated when they stop; skip: not in this lease, whose GRPO steps are too few to
+# differ from SFT: the time goes to steps, and `bring` carries the run to a later lease that evaluates it
+GRPO_FINALS=${PROOF_GRPO_FINALS:-run}
+case $GRPO_FINALS in
+  run) ;;
+  skip) FINAL_RESERVE_S=0 ;;
+  *) echo "PROOF_GRPO_FINALS must be run or skip" >&2; exit 2 ;;
+esac
 # Each GRPO run's share of the GPU's memory (run.gpu_memory_fraction): both runs train side by side, and the
 # one that outgrows its share fails alone (run 3's sub-calls run took 88.8 GiB and starved the other)
 GRPO_GPU_SHARE=${GRPO_GPU_SHARE:-$([ "$DEVICE" = cpu ] && echo 0 || echo "$SHARE")}
@@ -217,7 +225,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
@@ -300,7 +308,8 @@ stage_final_br() {
   evaluate rlm-grpo-br rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"
 }
 finals() { # the trained GRPO run's evaluations: with its own reader and, with PROOF_EVAL_READER=both, the untrained one's
-  if [ "$EVAL_READER" = both ]; then step final_br & local br=$!; step final || { wait "$br"; return 1; }; wait "$br"
+  if [ "$GRPO_FINALS" = skip ]; then log "stage final skipped (PROOF_GRPO_FINALS=skip)"
+  elif [ "$EVAL_READER" = both ]; then step final_br & local br=$!; step final || { wait "$br"; return 1; }; wait "$br"
   else step final; fi
 }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
@@ -432,12 +441,12 @@ stage_pipeline() {
   else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
   local second=
   case $GRPO_RUNS in
-    both) { step grpo_masked && step final_masked; } & second=$! ;;
-    lr-pair) { step grpo_b && step final_b; } & second=$! ;;
+    both) { step grpo_masked && { [ "$GRPO_FINALS" = skip ] || step final_masked; }; } & second=$! ;;
+    lr-pair) { step grpo_b && { [ "$GRPO_FINALS" = skip ] || step final_b; }; } & second=$! ;;
   esac
   local status=0
   for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $trained $second; do wait "$pid" || status=1; done
-  if [ "$GRPO_RUNS" != none ]; then step report || status=1; fi
+  if [ "$GRPO_RUNS" != none ] && [ "$GRPO_FINALS" = run ]; then step report || status=1; fi
   step pack
   return $status
 }
