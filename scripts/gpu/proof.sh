@@ -307,8 +307,11 @@ stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, $GR
 stage_final_br() {
   evaluate rlm-grpo-br rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"
 }
+final_step() { # STAGE: a GRPO run's evaluation, unless PROOF_GRPO_FINALS=skip leaves it to a later lease
+  if [ "$GRPO_FINALS" = skip ]; then log "stage $1 skipped (PROOF_GRPO_FINALS=skip)"; else step "$1"; fi
+}
 finals() { # the trained GRPO run's evaluations: with its own reader and, with PROOF_EVAL_READER=both, the untrained one's
-  if [ "$GRPO_FINALS" = skip ]; then log "stage final skipped (PROOF_GRPO_FINALS=skip)"
+  if [ "$GRPO_FINALS" = skip ]; then final_step final
   elif [ "$EVAL_READER" = both ]; then step final_br & local br=$!; step final || { wait "$br"; return 1; }; wait "$br"
   else step final; fi
 }
@@ -441,8 +444,8 @@ stage_pipeline() {
   else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
   local second=
   case $GRPO_RUNS in
-    both) { step grpo_masked && { [ "$GRPO_FINALS" = skip ] || step final_masked; }; } & second=$! ;;
-    lr-pair) { step grpo_b && { [ "$GRPO_FINALS" = skip ] || step final_b; }; } & second=$! ;;
+    both) { step grpo_masked && final_step final_masked; } & second=$! ;;
+    lr-pair) { step grpo_b && final_step final_b; } & second=$! ;;
   esac
   local status=0
   for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $trained $second; do wait "$pid" || status=1; done
