@@ -20,6 +20,7 @@ from conftest import Recorder, config
 from fathom.env import EnvConfig, RLMAction, RLMEnvironment
 from fathom.sandbox import Sandbox, SandboxClosed
 from fathom.sandbox.channel import Channel
+from fathom.sandbox.launch import STOP_DELAY_S
 from fathom.sandbox.protocol import ProtocolError, encode
 from fathom.tasks import generate_task
 
@@ -102,6 +103,25 @@ def cpu_seconds(pid: int) -> float:
 
 
 # ---- behaviour (default suite) -------------------------------------------------------------------------
+
+
+def process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@sync
+async def test_worker_is_stopped_soon_after_its_cell_and_runs_the_next() -> None:
+    """Between cells the interpreter is SIGSTOPped within STOP_DELAY_S; a cell sooner than that cancels the
+    stop, a later one continues the worker: both answer."""
+    async with await Sandbox.start(None, config(), ctx_text=DOC) as sandbox:
+        await sandbox.execute("x = 1")
+        pid = sandbox.processes[-1]
+        assert (await sandbox.execute("x += 1")).error is None  # back to back: the stop was still pending
+        await asyncio.sleep(STOP_DELAY_S + 0.2)
+        assert process_state(pid) == "T"
+        result = await sandbox.execute("print(x)")
+        assert result.error is None and result.stdout.strip() == "2"
 
 
 @sync

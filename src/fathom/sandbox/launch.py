@@ -51,6 +51,7 @@ log = logging.getLogger("fathom.sandbox")
 WORKER_FILES = ("worker.py", "protocol.py", "lockdown.py", "zygote.py")
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
 IN_WORKER_LAYERS = ("rlimits", "no_new_privs", "landlock", "seccomp")
+STOP_DELAY_S = 0.005  # between a cell's result and the SIGSTOP that ends its CPU (see Worker.pause)
 
 
 @dataclass
@@ -69,13 +70,28 @@ class Worker:
     cgroup: Cgroup | None = None
     workdir: str | None = None  # a per-worker directory to delete (unsafe-dev only)
     pidfd: int | None = None  # the interpreter's pidfd: signals reach it even after its pid is reused
+    _stopping: asyncio.Handle | None = field(default=None, repr=False)  # a pause() not yet carried out
 
     def pause(self) -> None:
-        """SIGSTOP the interpreter between cells: whatever the model left running gets no CPU."""
-        self._signal(signal.SIGSTOP)
+        """SIGSTOP the interpreter between cells: whatever the model left running gets no CPU.
+
+        The stop goes STOP_DELAY_S after the cell, unless the next cell comes first and cancels it: a client
+        that steps back to back then costs no stop/continue pair (two signals and two wake-ups of the worker,
+        3-9% of one client's steps/s). Leftovers of a cell get at most that long per cell, as they may
+        between the result and any signal."""
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().call_later(STOP_DELAY_S, self._stop)
 
     def resume(self) -> None:
+        if self._stopping is not None:  # the stop was never sent: the interpreter is running
+            self._stopping.cancel()
+            self._stopping = None
+            return
         self._signal(signal.SIGCONT)
+
+    def _stop(self) -> None:
+        self._stopping = None
+        self._signal(signal.SIGSTOP)
 
     def _signal(self, sig: int) -> None:
         if self.pidfd is not None:
@@ -384,6 +400,9 @@ class Launcher:
         """SIGKILL the tree, reap it, remove its cgroup and work dir, free its uid. Idempotent."""
         worker.channel.close()
         worker.ctl.close()
+        if worker._stopping is not None:
+            worker._stopping.cancel()
+            worker._stopping = None
         if worker.pidfd is not None:
             os.close(worker.pidfd)
             worker.pidfd = None
