@@ -201,3 +201,29 @@ def test_each_episode_gets_a_fresh_worker_and_none_outlives_aclose(task):
     first, second = asyncio.run(run())
     assert first and second - first  # the second episode runs on a worker of its own
     assert not [p for p in first | second if pid_alive(p)]
+
+
+def test_reset_does_not_wait_for_the_ended_episodes_teardown(task):
+    """The ended episode's worker dies beside the next episode; the next reset or aclose collects it."""
+
+    async def run() -> None:
+        env = RLMEnvironment(EnvConfig(max_iterations=1))
+        await env.reset_async(task=task)
+        old = env._sandbox
+        assert old is not None
+        old_pid, close = old.processes[-1], old.close
+
+        async def slow_close() -> None:
+            await asyncio.sleep(1.5)
+            await close()
+
+        old.close = slow_close  # type: ignore[method-assign]
+        assert (await env.step_async(repl("print(1)"))).done
+        started = asyncio.get_running_loop().time()
+        await env.reset_async(task=task)
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert pid_alive(old_pid)  # still being retired beside the new episode
+        await env.aclose()
+        assert not pid_alive(old_pid)
+
+    asyncio.run(run())
