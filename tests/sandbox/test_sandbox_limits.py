@@ -96,18 +96,18 @@ class PeakRss:
         self.peak = max(self.peak, rss_bytes())
 
 
-def cpu_seconds(pid: int) -> float:
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: state first, then ppid, ..."""
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks (USER_HZ = 100)
 
 
 # ---- behaviour (default suite) -------------------------------------------------------------------------
-
-
-def process_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 @sync
@@ -119,7 +119,7 @@ async def test_worker_is_stopped_soon_after_its_cell_and_runs_the_next() -> None
         pid = sandbox.processes[-1]
         assert (await sandbox.execute("x += 1")).error is None  # back to back: the stop was still pending
         await asyncio.sleep(STOP_DELAY_S + 0.2)
-        assert process_state(pid) == "T"
+        assert stat_fields(pid)[0] == "T"  # stopped
         result = await sandbox.execute("print(x)")
         assert result.error is None and result.stdout.strip() == "2"
 

@@ -83,11 +83,16 @@ class Worker:
             self._stopping = asyncio.get_running_loop().call_later(STOP_DELAY_S, self._stop)
 
     def resume(self) -> None:
-        if self._stopping is not None:  # the stop was never sent: the interpreter is running
-            self._stopping.cancel()
-            self._stopping = None
-            return
-        self._signal(signal.SIGCONT)
+        if not self.cancel_stop():  # a stop never sent leaves the interpreter running: nothing to continue
+            self._signal(signal.SIGCONT)
+
+    def cancel_stop(self) -> bool:
+        """Drop a pause() not yet carried out; whether there was one."""
+        if self._stopping is None:
+            return False
+        self._stopping.cancel()
+        self._stopping = None
+        return True
 
     def _stop(self) -> None:
         self._stopping = None
@@ -400,9 +405,7 @@ class Launcher:
         """SIGKILL the tree, reap it, remove its cgroup and work dir, free its uid. Idempotent."""
         worker.channel.close()
         worker.ctl.close()
-        if worker._stopping is not None:
-            worker._stopping.cancel()
-            worker._stopping = None
+        worker.cancel_stop()
         if worker.pidfd is not None:
             os.close(worker.pidfd)
             worker.pidfd = None
