@@ -1,7 +1,8 @@
 """Carrying a GPU proof run across sessions: scripts/gpu/carry_pieces.sh, `proof.sh bring` / `restore` and
 scripts/gpu/prepare_carry_back.sh on a run directory laid out as the pipeline leaves it.
 
-Pieces and manifests round trip byte for byte; a missing or damaged piece, another pack's manifest and a
+Pieces and manifests round trip byte for byte; no bring call returns more than a device call may; the settings
+packed are the run's own, not the bring call's; a missing or damaged piece, another pack's manifest and a
 restore with other settings are refused before anything is unpacked. Not covered here: training and the data
 rebuild that `restore` runs once all pieces are in (the CPU rehearsal in bench/RESULTS.md runs those).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PIECES = ROOT / "scripts/gpu/carry_pieces.sh"
+CALL_BYTES = 20_000  # what one bring call may return, here: the manifest and 3 pieces of 5,000 bytes
 
 
 def run(
@@ -90,15 +92,16 @@ def test_split_refuses_a_size_that_is_not_a_positive_number(tmp_path):
 def proof_env(run_dir: Path, out: Path | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROOF_")}
     env.update(PROOF_SCALE="tiny", PROOF_MODEL="tiny-smol", PROOF_DEVICE="cpu", PROOF_DIR=str(run_dir))
-    env.update(PROOF_SFT_LORA="1", PROOF_BRING_PIECE="5000")
+    env.update(PROOF_SFT_LORA="1", PROOF_BRING_PIECE="5000", PROOF_BRING_CALL_BYTES=str(CALL_BYTES))
     if out is not None:
         env["OUT"] = str(out)
     env.update(extra)
     return env
 
 
-def fake_run(run_dir: Path, sft_lora: bool = True) -> bytes:
-    """A run as the pipeline leaves it after GRPO; returns the newest checkpoint's adapter bytes."""
+def fake_run(run_dir: Path, sft_lora: bool = True, **settings: str) -> bytes:
+    """A run as the pipeline leaves it after GRPO, begun with `settings` (PROOF_* over proof_env's); returns the
+    newest checkpoint's adapter bytes."""
     for stage in ("data", "model", "baselines", "sft", "sft_eval", "grpo"):
         (run_dir / "done").mkdir(parents=True, exist_ok=True)
         (run_dir / "done" / stage).touch()
@@ -125,6 +128,8 @@ def fake_run(run_dir: Path, sft_lora: bool = True) -> bytes:
         (ckpt / "optimizer.pt").write_bytes(blob(90_000, seed=step + 1))
         (ckpt / "fathom_state.json").write_text(json.dumps({"step": step}))
     (run_dir / "grpo" / "metrics.jsonl").write_text('{"step": 1}\n')
+    began = run(ROOT / "scripts/gpu/proof.sh", "settings", env=proof_env(run_dir, **settings))
+    assert began.returncode == 0, began.stderr
     return adapter
 
 
@@ -140,6 +145,7 @@ def bring_all(run_dir: Path, tmp_path: Path) -> list[Path]:
         assert done.returncode == 0, done.stderr
         files = sorted(p.name for p in out.iterdir())
         assert "manifest.sha256" in files and 2 <= len(files) <= 8
+        assert sum(p.stat().st_size for p in out.iterdir()) <= CALL_BYTES
         outs.append(out)
         if "next: " not in done.stdout:
             return outs
@@ -161,7 +167,7 @@ def test_bring_packs_the_newest_checkpoint_without_the_optimizer_and_carry_back_
     run_dir = tmp_path / "run"
     adapter = fake_run(run_dir)
     outs = bring_all(run_dir, tmp_path)
-    assert len(outs) >= 2  # more than 7 pieces of 5,000 bytes: the second call brings the rest
+    assert len(outs) >= 2  # more than 3 pieces of 5,000 bytes: the second call brings the rest
     tree = tmp_path / "tree"  # a working tree: the carry folders land at its root, where restore looks
     shutil.copytree(ROOT / "scripts", tree / "scripts")
     done = run(
@@ -233,14 +239,35 @@ def test_prepare_carry_back_refuses_pieces_of_two_packs(tmp_path):
 
 def test_bring_refuses_a_full_fine_tune(tmp_path):
     lora, full = tmp_path / "lora", tmp_path / "full"
-    fake_run(lora)
-    fake_run(full, sft_lora=False)
+    fake_run(lora, PROOF_SFT_LORA="0")  # the run began without LoRA, whatever the bring call says
+    fake_run(full, sft_lora=False)  # began with LoRA settings, but SFT was not
     out = tmp_path / "out"
     out.mkdir()
-    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(lora, out, PROOF_SFT_LORA="0"))
-    assert done.returncode == 1 and "bring needs PROOF_SFT_LORA=1" in done.stderr
-    done = run(
-        ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(full, out)
-    )  # settings say LoRA, SFT was not
+    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(lora, out))
+    assert done.returncode == 1 and "bring needs a run with PROOF_SFT_LORA=1" in done.stderr
+    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(full, out))
     assert done.returncode == 1 and "this run's SFT was a full fine-tune" in done.stderr
     assert list(out.iterdir()) == []
+
+
+def test_bring_packs_the_settings_the_run_began_with_not_the_bring_calls(tmp_path):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir, PROOF_SFT_LORA_R="32", PROOF_SFT_LR="1e-4")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(run_dir, out))  # the defaults: r 64
+    assert done.returncode == 0, done.stderr
+    packed = tarfile.open(run_dir / "bring" / "carry.tgz").extractfile("carry-meta/settings").read().decode()
+    assert "sft_lora_r=32" in packed.splitlines() and " lr 1e-4 " in packed
+    assert packed == (run_dir / "settings.record").read_text()
+
+
+def test_a_run_directory_refuses_to_begin_again_with_other_settings(tmp_path):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir, PROOF_SFT_LORA_R="32")
+    record = (run_dir / "settings.record").read_text()
+    again = run(ROOT / "scripts/gpu/proof.sh", "settings", env=proof_env(run_dir, PROOF_SFT_LORA_R="32"))
+    assert again.returncode == 0, again.stderr
+    other = run(ROOT / "scripts/gpu/proof.sh", "settings", env=proof_env(run_dir))
+    assert other.returncode == 1 and "ran with other settings" in other.stderr
+    assert "sft_lora_r=64" in other.stderr and (run_dir / "settings.record").read_text() == record

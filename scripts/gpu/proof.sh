@@ -31,9 +31,10 @@
 # adapter holds everything beyond the offline base model (a full fine-tune's 270 MB-1 GB cannot come back).
 # `bring` packs the newest checkpoint of each GRPO run without optimizer.pt, the run's metrics, the kept
 # results, the finished stages, the settings and the data's sha256 into one tar in pieces of 15 MiB with a
-# manifest (scripts/gpu/carry_pieces.sh); each call returns the manifest and 7 pieces (8 files). Then here:
-# scripts/gpu/prepare_carry_back.sh DIR... writes carry folders .cb1 ... and their calls (.cbplan), each call
-# `proof.sh restore`, the last `restore && start`.
+# manifest (scripts/gpu/carry_pieces.sh); each call returns the manifest and as many pieces as fit the 8 files
+# and 64 MiB a call may return (4 of 15 MiB). The settings packed are those the run began with ($D/settings.record),
+# whatever the bring call's environment says. Then here: scripts/gpu/prepare_carry_back.sh DIR... writes carry
+# folders .cb1 ... and their calls (.cbplan), each call `proof.sh restore`, the last `restore && start`.
 # Without optimizer.pt, HF's Trainer loads neither the optimizer nor the scheduler (it loads the two together,
 # trainer.py `_load_optimizer_and_scheduler`): the carried run restarts AdamW's moments and the learning-rate
 # schedule (constant_with_warmup: 5 warm-up steps again, the first at lr 0) while the adapter, global step, RNG state and
@@ -41,7 +42,8 @@
 # Size, Qwen2.5-Coder-0.5B at r=64 over all linear layers: 24 layers x 64 x (q 896+896, k 896+128, v 896+128,
 # o 896+896, gate/up/down 896+4864 each) = 35.2M parameters, saved in fp32 (PEFT keeps adapters in fp32 over
 # a bf16 base) = 141 MB a run before gzip (the CPU rehearsal's adapter gzipped to 74%): at most 9 pieces
-# (2 bring calls) for one run, 18 (3 calls) for both, and 3 or 5 calls of ~60 MB to carry them back in. SmolLM2-135M at r=64: 19.5M parameters, 78 MB a run.
+# (3 bring calls) for one run, 18 (5 calls) for both, and 3 or 5 calls of ~60 MB to carry them back in.
+# SmolLM2-135M at r=64: 19.5M parameters, 78 MB a run.
 #
 # Rehearsal on a CPU with the tiny model (same stages, small sizes):
 #   PROOF_SCALE=tiny PROOF_MODEL=tiny-smol PROOF_DEVICE=cpu PROOF_DIR=/tmp/proof PY=.venv/bin/python \
@@ -185,7 +187,10 @@ else
   SFT_MODEL_ARGS=(--model.lora=false) SFT_MODEL=$D/sft/final/model LOG_KL=true
 fi
 BRING_PIECE=${PROOF_BRING_PIECE:-$((15 * 1024 * 1024))}  # under the 16 MiB a returned file may have
-BRING_PER_CALL=7                    # and the manifest: the 8 files a call returns
+# what one call may return: 8 files (the manifest and 7 pieces) and 64 MiB together, the manifest's 4 KiB kept
+BRING_CALL_BYTES=${PROOF_BRING_CALL_BYTES:-$((64 * 1024 * 1024))}
+BRING_PER_CALL=$(( (BRING_CALL_BYTES - 4096) / BRING_PIECE ))
+[ "$BRING_PER_CALL" -le 7 ] || BRING_PER_CALL=7
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$D/progress.log"; }
 fathom() { echo "+ fathom $*"; "$PY" -m fathom "$@"; }
 keep() { # small results into $D/keep (flat names); `pack` archives them
@@ -227,6 +232,14 @@ stage_settings() { # what this run resolved, into the progress log
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
     "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
+  # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
+  # environment; a run directory keeps the settings it began with (its done stages were made with them)
+  settings_record > "$D/settings.new"
+  if [ -f "$D/settings.record" ] && ! diff "$D/settings.record" "$D/settings.new" >&2; then
+    rm -f "$D/settings.new"
+    die "$D ran with other settings (<) than these (>): use a fresh PROOF_DIR, or the run's own PROOF_* settings"
+  fi
+  mv "$D/settings.new" "$D/settings.record"
 }
 stage_model() { # the student's weights, built once before stages load them side by side
   if [ -n "$QWEN_SIZE" ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join "$QWEN_SIZE"; fi
@@ -340,10 +353,13 @@ settings_record() { # what a carried run must match when it continues (not the b
 die() { echo "proof.sh: $*" >&2; exit 1; }
 CARRIED_STAGES=(data baselines sft sft_eval)  # what `restore` marks done (the model is rebuilt by its stage)
 bring_pack() { # $D/bring: the state a later session continues GRPO from, one tar in pieces with a manifest
-  [ "$SFT_LORA" = 1 ] || die "bring needs PROOF_SFT_LORA=1: a full fine-tune's weights, under the GRPO adapter, cannot come back"
+  local rec=$D/settings.record
+  [ -f "$rec" ] || die "no settings recorded in $D: bring packs a run that proof.sh pipeline or restore began"
+  grep -qx sft_lora=1 "$rec" \
+    || die "bring needs a run with PROOF_SFT_LORA=1: a full fine-tune's weights, under the GRPO adapter, cannot come back"
   [ -f "$D/done/sft" ] || die "no finished SFT stage in $D: nothing to continue"
-  # a restored run has no SFT adapter (it stays behind), but carried its LoRA settings
-  [ -d "$D/sft/final/adapter" ] || grep -qx sft_lora=1 "$D/carry-meta/settings" 2>/dev/null \
+  # a restored run has no SFT adapter (it stays behind), but carried its settings
+  [ -d "$D/sft/final/adapter" ] || [ -f "$D/carry-meta/settings" ] \
     || die "no SFT adapter in $D/sft/final: this run's SFT was a full fine-tune"
   local files=(keep carry-meta sft/summary.json sft/metrics.jsonl) runs=() r c e f
   for r in grpo grpo-masked; do
@@ -360,7 +376,7 @@ bring_pack() { # $D/bring: the state a later session continues GRPO from, one ta
     done
   done
   rm -rf "$D/bring" "$D/carry-meta" && mkdir -p "$D/bring" "$D/carry-meta"
-  settings_record > "$D/carry-meta/settings"
+  cp "$rec" "$D/carry-meta/settings"
   (cd "$D/data" && sha256sum ./*.jsonl) > "$D/carry-meta/data.sha256"
   ls "$D/done" > "$D/carry-meta/done"
   printf '%s\n' "${runs[@]}" > "$D/carry-meta/checkpoints"
@@ -405,6 +421,7 @@ stage_restore() { # this call's carried pieces (.cb*/); once all are here: join,
     die "these settings (<) are not the carried run's (>): run restore and start with the carried run's PROOF_* settings"
   fi
   tar -xzf "$in/carry.tgz" -C "$D" && rm -f "$in/carry.tgz"
+  cp "$D/carry-meta/settings" "$D/settings.record"
   cat "$D/keep/progress.log" "$D/progress.log" > "$D/progress.log.new" 2>/dev/null || true
   mv "$D/progress.log.new" "$D/progress.log"  # one log across the sessions
   # deterministic (seed 8): the same tasks, which the sha256 below proves
