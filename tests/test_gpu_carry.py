@@ -257,7 +257,8 @@ def test_bring_packs_the_settings_the_run_began_with_not_the_bring_calls(tmp_pat
     out.mkdir()
     done = run(ROOT / "scripts/gpu/proof.sh", "bring", env=proof_env(run_dir, out))  # the defaults: r 64
     assert done.returncode == 0, done.stderr
-    packed = tarfile.open(run_dir / "bring" / "carry.tgz").extractfile("carry-meta/settings").read().decode()
+    with tarfile.open(run_dir / "bring" / "carry.tgz") as pack:
+        packed = pack.extractfile("carry-meta/settings").read().decode()
     assert "sft_lora_r=32" in packed.splitlines() and " lr 1e-4 " in packed
     assert packed == (run_dir / "settings.record").read_text()
 
