@@ -118,6 +118,19 @@ def test_the_1_5b_student_trains_half_the_sequences_a_micro_batch_at_a_lower_rat
     assert "batch=4 x2 lr=5e-5 " in line and "micro=2 accum=8 lr=2e-5 " in line
 
 
+def test_a_lora_sft_learns_at_ten_times_the_full_fine_tunes_rate_unless_given(tmp_path):
+    done = settings(tmp_path, PROOF_MODEL="qwen2.5-coder-1.5b", PROOF_SFT_LORA="1")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "progress.log").read_text()
+    assert "lora=1 (r=64) " in line and "batch=2 x4 lr=0.0003 " in line
+    assert "micro=1 accum=16 lr=1e-5 " in line  # GRPO's rate is not the adapter's SFT rate
+    done = settings(
+        tmp_path / "given", PROOF_MODEL="qwen2.5-coder-1.5b", PROOF_SFT_LORA="1", PROOF_SFT_LR="1e-4"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "batch=2 x4 lr=1e-4 " in (tmp_path / "given" / "progress.log").read_text()
+
+
 def test_the_untrained_reader_evaluations_are_asked_for_and_logged(tmp_path):
     done = settings(tmp_path)
     assert done.returncode == 0, done.stderr

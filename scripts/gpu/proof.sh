@@ -95,6 +95,9 @@ if [ "$QWEN_SIZE" = 1.5b ]; then
   SFT_ACCUM=$((SFT_ACCUM * 2)) SFT_BATCH=2 ACCUM=$((ACCUM * MICRO)) MICRO=1 SFT_LR=3e-5 LR=1e-5
 fi
 SUB_INPUT=${PROOF_SUB_INPUT_TOKENS:-${SUB_INPUT:-2048}}
+# a LoRA adapter's SFT learns at ~10x the full fine-tune's rate (the usual LoRA practice; run 15's r=32 adapter
+# at 3.3x solved 66 held-out tasks where run 14's full fine-tune solved 110)
+if [ "$SFT_LORA" = 1 ]; then SFT_LR=$(awk "BEGIN { print 10 * $SFT_LR }"); fi
 MICRO=${PROOF_MICRO:-$MICRO} ACCUM=${PROOF_ACCUM:-$ACCUM} SFT_LR=${PROOF_SFT_LR:-$SFT_LR}
 SFT_EPOCHS=${PROOF_SFT_EPOCHS:-$SFT_EPOCHS} SFT_TASKS=${PROOF_SFT_TASKS:-$SFT_TASKS}
 # SFT stops once held-out policy entropy (nats a token, sampled at temperature 1) falls below this, keeping
