@@ -176,3 +176,34 @@ def test_window_long_prompts_leave_room_for_the_reply(heldout_file, mode):
     for r in rows:
         prompt = r["context_used"] - r["tokens"]
         assert 2048 - 128 - 16 <= prompt <= 2048 - 128 and r["context_used"] <= 2048 and r["truncated"]
+
+
+def test_a_vllm_engine_loads_the_tokenizer_and_not_an_hf_copy_of_the_weights(monkeypatch, tmp_path):
+    """vLLM cannot run here: its backend and service stand in, recording what they were given; the point is
+    what `load_model_engine` itself loads (no HF model on the GPU beside vLLM's weights)."""
+    import fathom.eval.policies as P
+
+    built: dict = {}
+
+    class RecordingVLLMBackend:
+        def __init__(self, model_dir: str, **kwargs) -> None:
+            built.update(model_dir=model_dir, **kwargs)
+            self.llm = object()
+
+    def no_hf_model(*args, **kwargs):
+        raise AssertionError("the HF weights were loaded for a vLLM engine")
+
+    monkeypatch.setattr(P, "wants_vllm", lambda mode, device: True)
+    monkeypatch.setattr(P, "VLLMBackend", RecordingVLLMBackend)
+    monkeypatch.setattr(P, "vllm_service", lambda llm: ("service", llm))
+    monkeypatch.setattr(P, "load_policy_model", no_hf_model)
+    policy = P.RLMPolicy("tiny-smol", generation_mode="vllm", device="cuda")
+    assert policy.model is None and policy.engine.model is None
+    assert policy.tokenizer.encode("ctx") == P.load_tokenizer(P.ModelSpec(name="tiny-smol")).encode("ctx")
+    assert built["model_dir"] == str(P.resolve_model_dir("tiny-smol"))
+    assert built["max_model_len"] == policy.context_tokens == P.context_window("tiny-smol", None)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="is a LoRA adapter"):
+        P.load_model_engine(str(adapter), "bfloat16", "cuda", "vllm", 8192)

@@ -155,7 +155,7 @@ def wants_vllm(generation_mode: str, device: str | None) -> bool:
 class ModelEngine:
     """A loaded policy model and how it generates: `backend` for whole batches, `service` for the engine."""
 
-    model: Any
+    model: Any  # the HF model; None where vLLM holds the weights
     tokenizer: Any
     backend: Any
     service: GenerationService
@@ -173,14 +173,15 @@ def load_model_engine(
     """`vllm_memory`: the vLLM engine's share of the GPU (weights and KV cache), so that several
     evaluations (or an evaluation beside a training run) can share one GPU; `vllm_kv_cache_gib` > 0: a KV
     cache of that size without vLLM's start-up memory profile (which aborts when another process on the
-    GPU frees memory while it runs)."""
-    model, tokenizer = load_policy_model(name, dtype, device)
+    GPU frees memory while it runs). With vLLM, only the tokenizer is loaded here: vLLM loads the weights
+    itself, and an HF copy beside it would hold a second model's GPU memory (`model` is then None)."""
     if wants_vllm(generation_mode, device):
         path = Path(name).expanduser()
         if (path / "adapter_config.json").exists() and not (path / "config.json").exists():
             raise ValueError(
                 f"{name} is a LoRA adapter: evaluate its merged model (RUN/final/merged) with vLLM"
             )
+        tokenizer = load_tokenizer(ModelSpec(name=name))
         backend: Any = VLLMBackend(
             str(resolve_model_dir(name)),
             max_model_len=context_tokens,
@@ -188,7 +189,8 @@ def load_model_engine(
             gpu_memory_utilization=vllm_memory,
             **engine_kwargs(VLLMEngineOptions(kv_cache_gib=vllm_kv_cache_gib)),
         )
-        return ModelEngine(model, tokenizer, backend, vllm_service(backend.llm))
+        return ModelEngine(None, tokenizer, backend, vllm_service(backend.llm))
+    model, tokenizer = load_policy_model(name, dtype, device)
     mode = "plain" if generation_mode in ("auto", "vllm") else generation_mode
     backend = HFBackend(model, tokenizer, mode=mode)
     return ModelEngine(model, tokenizer, backend, hf_service(backend, model))
