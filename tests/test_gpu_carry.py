@@ -272,3 +272,34 @@ def test_a_run_directory_refuses_to_begin_again_with_other_settings(tmp_path):
     other = run(ROOT / "scripts/gpu/proof.sh", "settings", env=proof_env(run_dir))
     assert other.returncode == 1 and "ran with other settings" in other.stderr
     assert "sft_lora_r=64" in other.stderr and (run_dir / "settings.record").read_text() == record
+
+
+def test_bring_packs_the_sft_adapter_where_no_grpo_ran_and_restore_puts_it_where_grpo_starts(tmp_path):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    shutil.rmtree(run_dir / "grpo")  # PROOF_GRPO_RUNS=none: SFT and its evaluation only
+    (run_dir / "done" / "grpo").unlink()
+    adapter = blob(40_000, seed=7)
+    (run_dir / "sft" / "final" / "adapter" / "adapter_model.safetensors").write_bytes(adapter)
+    outs = bring_all(run_dir, tmp_path)
+    pack = pack_members(outs, tmp_path)
+    assert pack.extractfile("sft/final/adapter/adapter_model.safetensors").read() == adapter
+    assert pack.extractfile("carry-meta/checkpoints").read().decode().split() == ["sft/final/adapter"]
+    assert not any(n.startswith("grpo") for n in pack.getnames())
+
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "scripts", tree / "scripts")
+    done = run(ROOT / "scripts/gpu/prepare_carry_back.sh", *outs, env={**os.environ, "CARRY_OUT": str(tree)})
+    assert done.returncode == 0, done.stderr
+    fresh = tmp_path / "run2"
+    # restore rebuilds the data (`proof.sh data`) once every piece is in: here a stand-in writes the run's files
+    fathom = tmp_path / "bin" / "python"
+    fathom.parent.mkdir()
+    fathom.write_text(
+        f'#!/usr/bin/env bash\nmkdir -p "{fresh}/data" && cp "{run_dir}"/data/*.jsonl "{fresh}/data/"\n'
+    )
+    fathom.chmod(0o755)
+    done = run(tree / "scripts/gpu/proof.sh", "restore", env=proof_env(fresh, PY=str(fathom)), cwd=tree)
+    assert done.returncode == 0, done.stderr
+    assert (fresh / "sft" / "final" / "adapter" / "adapter_model.safetensors").read_bytes() == adapter
+    assert {p.name for p in (fresh / "done").iterdir()} == {"data", "baselines", "sft", "sft_eval"}

@@ -29,10 +29,11 @@
 # Across sessions (the GPU machine is fresh each lease): with PROOF_SFT_LORA=1, SFT trains a LoRA adapter
 # (rank PROOF_SFT_LORA_R, default 64, alpha 2r) and GRPO continues that same adapter, so a GRPO checkpoint's
 # adapter holds everything beyond the offline base model (a full fine-tune's 270 MB-1 GB cannot come back).
-# `bring` packs the newest checkpoint of each GRPO run without optimizer.pt, the run's metrics, the kept
-# results, the finished stages, the settings and the data's sha256 into one tar in pieces of 15 MiB with a
-# manifest (scripts/gpu/carry_pieces.sh); each call returns the manifest and as many pieces as fit the 8 files
-# and 64 MiB a call may return (4 of 15 MiB). The settings packed are those the run began with ($D/settings.record),
+# `bring` packs the newest checkpoint of each GRPO run without optimizer.pt (or, where no GRPO ran, the SFT
+# adapter, so that a later lease starts GRPO without SFT again), the run's metrics, the kept results, the
+# finished stages, the settings and the data's sha256 into one tar in pieces of 15 MiB with a manifest
+# (scripts/gpu/carry_pieces.sh); each call returns the manifest and as many pieces as fit the 8 files and
+# 64 MiB a call may return (4 of 15 MiB). The settings packed are those the run began with ($D/settings.record),
 # whatever the bring call's environment says. Then here: scripts/gpu/prepare_carry_back.sh DIR... writes carry
 # folders .cb1 ... and their calls (.cbplan), each call `proof.sh restore`, the last `restore && start`.
 # Without optimizer.pt, HF's Trainer loads neither the optimizer nor the scheduler (it loads the two together,
@@ -372,7 +373,10 @@ bring_pack() { # $D/bring: the state a later session continues GRPO from, one ta
     files+=("$r/$c")
     for f in metrics.jsonl config.toml; do [ -f "$D/$r/$f" ] && files+=("$r/$f"); done
   done
-  [ ${#runs[@]} -gt 0 ] || die "no GRPO checkpoint in $D/grpo or $D/grpo-masked"
+  if [ ${#runs[@]} -eq 0 ]; then  # SFT alone (PROOF_GRPO_RUNS=none): its adapter, which GRPO starts from
+    [ -d "$D/sft/final/adapter" ] || die "no GRPO checkpoint in $D/grpo or $D/grpo-masked, and no SFT adapter"
+    runs=(sft/final/adapter) files+=(sft/final/adapter)
+  fi
   for e in direct rlm-untrained rlm-sft; do
     for f in "$D/eval/$e"{,-unseen}/{summary.json,eval.jsonl,traces_sample.jsonl}; do
       [ -f "$f" ] && files+=("${f#"$D"/}")
