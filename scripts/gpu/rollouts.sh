@@ -5,7 +5,10 @@
 #   scripts/gpu/rollouts.sh engine      continuous batching vs turn-synchronous batches, same tasks
 #   scripts/gpu/rollouts.sh spec        the engine without and with n-gram speculative decoding, same tasks,
 #                                       greedy: speed and how far the turns agree (the same outputs expected)
-#   scripts/gpu/rollouts.sh sft         a small SFT warm start (expert transcripts) for the GRPO steps
+#   scripts/gpu/rollouts.sh sft         a small SFT warm start (128 teacher transcripts, 1 epoch) for the GRPO steps
+#   scripts/gpu/rollouts.sh sftrecipe   the recipe's own SFT instead (configs/smollm2-135m-gpu.toml [sft]: 512
+#                                       generated teacher tasks, 2 epochs, lr 2e-4): the trained warm start that
+#                                       issue #14's baseline (run 2's 60-s step) was measured after
 #   scripts/gpu/rollouts.sh evalvllm    fathom eval through vLLM (rlm and direct, the SFT model, 16 tasks)
 #   scripts/gpu/rollouts.sh grpo64      GRPO after SFT through TRL's colocated vLLM: 64 rollouts a step
 #   scripts/gpu/rollouts.sh grpo256     the same at 256 rollouts a step
@@ -79,13 +82,16 @@ for stage in "$@"; do
     spec) # vLLM's n-gram proposer is JIT-compiled by numba: the image's own (shared/gpu/vllm carries none)
       python3 -c "import numba, numpy; print('numba', numba.__version__, 'numpy', numpy.__version__)"
       python3 bench/gpu_rollouts.py spec --model "$M" --tasks 64 --out "$O/spec.json" 2>&1 | tee "$O/spec.log" ;;
-    sft)
+    sft|sftrecipe)
       fathom data build --out "$D/data" --seed 8 --train 256 --eval 16 --heldout 16 --train-lengths 8K 16K 32K \
         --eval-lengths 8K --heldout-lengths 8K --no-progress
+      # sft: 128 draws from GRPO's pool of 256 tasks; sftrecipe: the recipe's [sft] (tasks generated for SFT)
+      sft_args=(--data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" --sft.epochs=1 --sft.learning_rate=1e-4)
+      [ "$stage" = sft ] || sft_args=(--data.train_tasks=)
       fathom sft --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/sft" --run.device=cuda --model.name="$M" \
-        --model.lora=false --data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" \
-        --sft.epochs=1 --sft.learning_rate=1e-4 --eval.tier=0 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
-        2>&1 | tail -20 | tee "$O/sft.log" ;;
+        --model.lora=false "${sft_args[@]}" --eval.tier=0 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
+        2>&1 | tail -20 | tee "$O/sft.log"
+      cp "$D/sft/summary.json" "$O/sft_summary.json" ;;
     evalvllm) # fathom eval through vLLM: the SFT model in the scaffold and the direct baseline, 16 tasks each
       for policy in rlm direct; do
         fathom eval --policy "$policy" --model "$D/sft/final/model" --tasks "$D/data/heldout.jsonl" \
@@ -93,8 +99,11 @@ for stage in "$@"; do
           --max-new-tokens 384 --overwrite --no-progress 2>&1 | tail -15 | tee "$O/eval-$policy.log"
         cp "$D/eval-$policy/summary.json" "$O/eval-$policy-summary.json"
       done ;;
-    grpo64) grpo grpo64 16 4 ;;
-    grpo256) grpo grpo256 16 16 ;;
+    # GRPO_EXTRA: options added to both (the speed levers, say)
+    # shellcheck disable=SC2086  # a list of options
+    grpo64) grpo grpo64 16 4 ${GRPO_EXTRA:-} ;;
+    # shellcheck disable=SC2086
+    grpo256) grpo grpo256 16 16 ${GRPO_EXTRA:-} ;;
     grpo64-onebatch) grpo grpo64-onebatch 64 1 ;;
     levers64) levers 64 4 ;;
     levers256) levers 256 16 ;;
