@@ -85,9 +85,9 @@ for stage in "$@"; do
     sft|sftrecipe)
       fathom data build --out "$D/data" --seed 8 --train 256 --eval 16 --heldout 16 --train-lengths 8K 16K 32K \
         --eval-lengths 8K --heldout-lengths 8K --no-progress
-      # sft: 128 draws from GRPO's pool of 256 tasks; sftrecipe: the recipe's [sft] (tasks generated for SFT)
-      sft_args=(--data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" --sft.epochs=1 --sft.learning_rate=1e-4)
-      [ "$stage" = sft ] || sft_args=(--data.train_tasks=)
+      if [ "$stage" = sft ]; then  # 128 draws from GRPO's pool of 256 tasks
+        sft_args=(--data.train_tasks="$D/data/train.jsonl" --sft.num_tasks="${SFT_TASKS:-128}" --sft.epochs=1 --sft.learning_rate=1e-4)
+      else sft_args=(--data.train_tasks=); fi  # the recipe's [sft], on tasks generated for SFT
       fathom sft --config configs/smollm2-135m-gpu.toml --run.run_dir="$D/sft" --run.device=cuda --model.name="$M" \
         --model.lora=false "${sft_args[@]}" --eval.tier=0 --curriculum.tiers='[{name="all", lengths=[8192, 16384, 32768], difficulties=["easy", "medium", "hard"]}]' \
         2>&1 | tail -20 | tee "$O/sft.log"
