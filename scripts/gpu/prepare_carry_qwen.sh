@@ -60,4 +60,4 @@ piece() { # FOLDER BYTES: the next BYTES of the GGUF as FOLDER/qpart_NN
 } > .qplan
 [ "$offset" -eq "$total" ] || { echo "split error: $offset of $total bytes placed" >&2; exit 1; }
 cat .qplan
-du -sb .va .qa .vb .qb .q1 .q[2-9]* .whl .vd .qd 2>/dev/null
+for f in .va .vb .whl .vd .q[0-9]* .q[abd]; do if [ -e "$f" ]; then du -sb "$f"; fi; done  # no .qd where .vd took all
