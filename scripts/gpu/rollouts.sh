@@ -35,7 +35,7 @@ import json, sys
 run, label = sys.argv[1], sys.argv[2]
 rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"time/step_s"' in l]
 keys = ("time/step_s", "time/generate_s", "time/env_s", "time/optimise_s", "throughput/generate_tokens_per_s",
-        "throughput/sampled_tokens_per_s", "accuracy", "reward/env")
+        "throughput/sampled_tokens_per_s", "rollout/engine_calls", "time/engine_call_ms", "accuracy", "reward/env")
 out = [{k: r.get(k) for k in ("step", *keys)} for r in rows]
 for r in out:
     print(label, json.dumps(r))

@@ -96,6 +96,20 @@ def test_ema_advances_the_tier_after_dwell_and_the_penalty_follows_accuracy(tmp_
     assert recipe.examples_seen == 12
 
 
+def test_step_metrics_split_generation_into_engine_calls_and_their_mean_time(tmp_path):
+    callback, _, rollouts = make(tmp_path)
+    rollouts.next = StepStats(
+        rollouts=4, scored=4, model_tokens=400, generate_s=6.0, rollout_s=7.0, sampled_tokens=900,
+        engine_calls=1500,
+    )  # fmt: skip
+    step(callback, 1)
+    out = callback.pending
+    assert out["rollout/engine_calls"] == 1500
+    assert out["time/engine_call_ms"] == pytest.approx(4.0)  # 6 s of generation over 1,500 engine steps
+    assert out["time/generate_s"] == 6.0 and out["time/env_s"] == pytest.approx(1.0)
+    assert out["throughput/generate_tokens_per_s"] == pytest.approx(150.0)
+
+
 def test_control_updates_wait_for_a_generation_boundary(tmp_path, monkeypatch):
     callback, recipe, _ = make(tmp_path, "--grpo.num_iterations=2")
     applied = []

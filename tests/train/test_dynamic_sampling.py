@@ -167,6 +167,8 @@ def test_rollout_keeps_extra_groups_with_variance_and_traces_the_dropped(tmp_pat
     # the recipe's sums cover every sampled rollout; the trained rollouts are the kept ones
     stats = rollout.take_stats()
     assert stats.rollouts == 3 * G and stats.scored == 6 * G and stats.correct_sum == 2
+    # one turn per episode and no llm() calls: between one batched call for all 12 turns and one each
+    assert 1 <= stats.engine_calls <= 6 * G and stats.generate_s > 0
 
 
 def test_rollout_is_deterministic_and_fills_when_nothing_varies(tmp_path, tokenizer):

@@ -120,6 +120,11 @@ def test_metrics_log_every_component_behaviour_and_timing(grpo_run):
     assert "accuracy/tier/8k-easy" in rows[0]
     assert rows[0]["behaviour/turns"] == 2.0  # max_turns = 2 and the tiny model never answers
     assert rows[-1]["progress/examples_seen"] == 6
+    for r in rows:  # the generation time is the engine's calls times their mean time
+        assert r["rollout/engine_calls"] >= 1
+        assert r["time/engine_call_ms"] * r["rollout/engine_calls"] / 1e3 == pytest.approx(
+            r["time/generate_s"]
+        )
     assert "eval/accuracy" in rows[1] and "eval/accuracy" not in rows[0]  # eval.every = 2
 
 

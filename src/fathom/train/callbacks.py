@@ -125,11 +125,12 @@ class FathomCallback(TrainerCallback):
                 s.generate_s,
                 s.rollout_s,
                 s.sampled_tokens,
+                s.engine_calls,
             ],
             dtype=torch.float64,
             device=trainer.accelerator.device,
         )
-        rollouts, scored, reward_sum, correct_sum, tokens, gen_s, roll_s, sampled = (
+        rollouts, scored, reward_sum, correct_sum, tokens, gen_s, roll_s, sampled, calls = (
             trainer.accelerator.reduce(local, reduction="sum").tolist()
         )
         # The slowest rank sets the pace (every rank waits for it at the first collective after the rollout)
@@ -158,6 +159,9 @@ class FathomCallback(TrainerCallback):
         out["throughput/sampled_tokens_per_s"] = tokens / max(step_s, 1e-9)  # every rank's tokens
         # Everything the engine sampled (policy turns and llm() replies) per second it was generating
         out["throughput/generate_tokens_per_s"] = sampled / max(gen_s, 1e-9)
+        # The engine's steps a rank (vLLM; batched generate calls on the HF path) and the mean time of one
+        out["rollout/engine_calls"] = calls / world
+        out["time/engine_call_ms"] = 1e3 * gen_s / max(calls, 1)
         out["world_size"] = world
         if scored:
             reward, accuracy = reward_sum / scored, correct_sum / scored

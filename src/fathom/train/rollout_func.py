@@ -116,6 +116,9 @@ class StepStats:
     generate_s: float = 0.0
     rollout_s: float = 0.0
     sampled_tokens: int = 0
+    # vLLM engine steps (one batched `generate` call each on the HF path): generate_s / engine_calls says
+    # whether a slow step is many engine steps (long episodes) or slow ones (host overhead)
+    engine_calls: int = 0
     timings: list[float] = field(default_factory=list)
 
 
@@ -274,6 +277,7 @@ class FathomRollout:
         s.generate_s += gen_stats.seconds
         s.rollout_s += wall
         s.sampled_tokens += gen_stats.tokens
+        s.engine_calls += gen_stats.calls
         s.model_tokens += sum(e.model_tokens for e in out_eps)
         # The recipe's reward and accuracy means cover every sampled rollout: the kept ones were chosen for
         # their reward variance, so their mean is not the policy's
