@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 
 import pytest
@@ -10,7 +12,7 @@ from fathom.eval.policies import TeacherPolicy
 from fathom.policies.excerpts import Cut, combine, cut_cell, parse_replies
 from fathom.policies.looking import Sight, read_question
 from fathom.policies.tabular import plan, table_cell, table_shape
-from fathom.policies.teacher import parse_hits
+from fathom.policies.teacher import parse_hits, parse_ids, teacher_turn
 from fathom.tasks import generate_task
 
 HEAD = """# export of 4 shards
@@ -146,3 +148,39 @@ def test_the_follow_and_cut_thoughts_name_what_they_keep_and_why():
     follow(a, ["ORD-7"], 6)
     assert "'A-1', 'B-2', 'C-3' and 1 more" in follow(b, ["A-1", "B-2", "C-3", "D-4"], 6)
     assert a.random() == b.random()
+
+
+def test_the_teacher_follows_ids_only_when_its_search_printed_them_found():
+    # whether to follow is read off the search cell's own "ids found:" line, not off a parse the student never
+    # sees: the same question and hits give a follow with the line listing the id and none with it empty
+    first = (
+        "Question: Which orders did the customer of order ORD-4242 place in Lyon?\n\n"
+        "`ctx` is a str of 1,000 characters (about 250 tokens).\nStart."
+    )
+    look = "[output]\n1000 chars, 3 lines\n--- head ---\norder ORD-4242 customer C-77 city Lyon\n\n[turn 1/10; 9 left]"
+    line = "order ORD-4242 customer C-77 city Lyon"
+    hits = f"'ORD-4242': 1 hits\n    {line}\n'Lyon': 1 hits\n    {line}"
+
+    def after_search(ids_line: str) -> str:
+        search = f"[output]\n{ids_line}\n{hits}\n\n[turn 2/10; 8 left]"
+        return f"<s>{first}</s><a>look</a><u>{look}</u><a>search</a><u>{search}</u><a>"
+
+    assert parse_ids("ids found: ['ORD-4242', 'C-77']\n'x': 0 hits") == ["ORD-4242", "C-77"]
+    assert parse_ids("'x': 0 hits") == []
+    follow = teacher_turn(after_search("ids found: ['ORD-4242']"))
+    assert "todo, done, reached = ['ORD-4242']" in follow
+    assert "todo" not in teacher_turn(after_search("ids found: []"))
+
+
+def test_the_search_cell_prints_the_found_one_word_terms_shaped_like_ids():
+    from fathom.policies.moves import search
+
+    terms = ["ORD-4242", "Lyon", "sync_pine", "GLOSSARY", "--color-max", "two words-x", "C-77", "absent-9"]
+    ctx = "ORD-4242 Lyon sync_pine GLOSSARY --color-max two words-x C-77"
+    for seed in range(4):
+        code = search(random.Random(seed), terms).split("```repl\n")[1].split("```")[0]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code, {"ctx": ctx})
+        assert parse_ids(out.getvalue()) == ["ORD-4242", "GLOSSARY", "C-77"]
+        assert parse_hits(out.getvalue())["absent-9"] == (0, [])

@@ -23,6 +23,10 @@ CLASSIFY_WORDS = "each line"  # with "categor", how the reader knows a classific
 ECHO_MARK = "only repeats the question:"  # how the answer cell prints its check
 OFFER = re.compile(r"\W{0,2}(?:,|/|,? or|,? and)\W{0,2}")  # what stands between two names offered as choices
 CHOICE = r"\W{0,2}(?: / | or )\W{0,2}"  # a name among plain words offered as choices
+ID_SHAPE = (
+    r"\d|^[A-Z][A-Z0-9_]{2,}$|[a-z]-[a-z]"  # a one-word term shaped like an id: a digit, capitals, a dash
+)
+IDS_FOUND = "ids found:"  # how the search cell prints the found terms shaped like ids
 
 
 def escape(text: str) -> str:
@@ -92,9 +96,15 @@ def search(rng: random.Random, terms: list[str]) -> str:
     while at >= 0:
         spots.append(at)
         at = ctx.find(term, at + 1)"""
+    # The cell prints which found terms are shaped like ids (one word: a digit, a dash or capitals in it) before the
+    # hits, so whether to follow identifiers next is read off the printout, for any question: the teacher
+    # decides on that line (`fathom.policies.teacher`), and the student can copy a decision it can see.
     code = f"""
 import re
-for term in {terms!r}:
+terms = {terms!r}
+ids = [t for t in terms if re.fullmatch(r"\\w[\\w.-]*", t) and re.search(r"{ID_SHAPE}", t) and t in ctx]
+print("{IDS_FOUND}", ids)
+for term in terms:
     {finder}
     print(f"{{term!r}}: {{len(spots)}} hits")
     for at in spots[:{rng.choice((3, 4))}]:
@@ -140,9 +150,9 @@ for i in reached[:30]:
     return turn(
         rng,
         (
-            f"The search found {ids}: the question's ids (a digit, dash or capitals). I follow the ids on those lines.",
-            f"The question names {ids}, shaped like ids (a digit, dash or capitals); I follow every id their lines reach.",
-            f"Ids of the question (a digit, dash or capitals) were found: {ids}. I follow each new id their lines mention.",
+            f"Ids found (a digit, dash or capitals): {ids}. I follow the ids on those lines.",
+            f"The search printed ids found: {ids} (a digit, dash or capitals); I follow every id their lines reach.",
+            f"The question's ids (a digit, dash or capitals) are in the document: {ids}. I follow each new id they reach.",
         ),
         code,
     )

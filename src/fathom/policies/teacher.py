@@ -81,6 +81,14 @@ def parse_hits(observation: str) -> dict[str, tuple[int, list[str]]]:
     return out
 
 
+def parse_ids(observation: str) -> list[str]:
+    """The search move's line of found terms shaped like ids (`moves.IDS_FOUND`); none if it is missing."""
+    for line in observation.splitlines():
+        if line.startswith(moves.IDS_FOUND):
+            return [str(t) for t in ast.literal_eval(line[len(moves.IDS_FOUND) :].strip())]
+    return []
+
+
 def _number(pattern: str, observation: str) -> int | None:
     m = re.search(pattern, observation)
     return int(m.group(1)) if m else None
@@ -111,7 +119,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     yield from _compute(q, rng, sight, hits)
-    found = [t for t in q.anchors if hits.get(t, (0, []))[0] > 0]
+    found = parse_ids(obs)  # what it printed decides whether to follow: nothing the student cannot see
     on_headings = _heading_prefixes(_rare_first(found, hits, FOLLOW_LIMIT), hits, sight.heading_prefixes())
     shown = [line for _, lines in hits.values() for line in lines]
     short = [line for line in shown if len(line.split()) <= 8 and line.rstrip().endswith(".")]
