@@ -184,3 +184,17 @@ def test_the_search_cell_prints_the_found_one_word_terms_shaped_like_ids():
             exec(code, {"ctx": ctx})
         assert parse_ids(out.getvalue()) == ["ORD-4242", "GLOSSARY", "C-77"]
         assert parse_hits(out.getvalue())["absent-9"] == (0, [])
+
+
+def test_the_combine_cell_drops_replies_that_only_repeat_a_name_the_question_gave():
+    # run 16's student wrote the combine cell after its reader handed back 'sync_island' and submitted it: the
+    # teacher skipped that cell on such replies, a check the copied cell did not carry
+    q = read_question("Who calls sync_island()? Give the calling function's name.")
+    turn = combine(random.Random(0), q, ["sync_island", "pack_fox"], 3)
+    assert turn.startswith("Replies with an answer: 1 of 3. ")
+    code = _code(turn)
+    assert _finals(code, ["sync_island", "pack_fox", "not found in this text"]) == ["pack_fox"]
+    assert _finals(code, ["Sync_Island ", "not found in this text"]) == []
+    # a count is not a name: the per-chunk counts are added up whatever the question names
+    count = _code(combine(random.Random(0), read_question("How many lines mention ORD-7?"), ["2", "3"], 2))
+    assert _finals(count, ["2", "3"]) == [5]

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from fathom.policies.looking import Question
-from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, named, prose, turn
+from fathom.policies.moves import MISSING, NOT_THERE, READ_MARK, asked_about, named, prose, turn
 from fathom.rollout.engine import chunk_chars
 
 # The reader view the teacher's chunks are cut for (the GPU proof's Qwen student's, in tokens), and what that
@@ -321,13 +321,18 @@ def _kind(q: Question, answers: list[str]) -> str:
 
 def combine(rng: random.Random, q: Question, answers: list[str], replies: int) -> str:
     """FINAL the replies reduced as the question asks (see the module docstring). The cell itself drops the
-    replies that say the chunk lacks the answer and FINALs only when some reply is left, so the same cell,
-    copied where every reply said so, submits nothing (unless the question offers "not found" as an answer).
+    replies that say the chunk lacks the answer, and (unless the answer is a count) those that only repeat a
+    name the question asks about (`moves.asked_about`), and FINALs only when some reply is left: the same
+    cell, copied where every reply was one of those, submits nothing (unless the question offers "not found"
+    as an answer). The teacher writes it only when some reply would be left (`teacher._answer`).
     Its thought opens with how many of the `replies` printed answer: the move follows from that printout."""
     keep = f"answers = [r.strip() for r in replies if r.strip() and {MISSING!r} not in r.lower()]"
     if MISSING in q.text.lower():
         keep = "answers = [r.strip() for r in replies if r.strip()]"
     kind = _kind(q, answers)
+    echoes = asked_about(q) if kind != "sum" else []
+    if echoes:  # a reply that is a name the question gave answers nothing: the cell drops it itself
+        keep = f"named = [n.lower() for n in {echoes!r}]\n{keep[:-1]} and r.strip().lower() not in named]"
     final = {
         "sum": "FINAL(sum(int(a) for a in answers))",
         "any": 'FINAL("yes" if any(a.lower() == "yes" for a in answers) else "no")',
@@ -344,7 +349,8 @@ def combine(rng: random.Random, q: Question, answers: list[str], replies: int) -
         "union": ("The answer is a set: I take the union of what the chunks found.",),
         "first": ("The reader found an answer; I submit the one the chunks agree on.",),
     }[kind]
-    seen = f"Replies with an answer: {len(answers)} of {replies}."
+    left = [a for a in answers if a.strip().lower() not in {e.lower() for e in echoes}]
+    seen = f"Replies with an answer: {len(left)} of {replies}."
     final = final.replace("\n", "\n    ")
     return turn(
         rng, tuple(f"{seen} {t}" for t in thoughts), f"{keep}\nprint(answers)\nif answers:\n    {final}"

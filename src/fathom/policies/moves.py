@@ -230,7 +230,9 @@ def answer_reply(rng: random.Random, q: Question) -> str:
     """FINAL the reader's reply in the form the question asks for, after checking in code that it is an
     answer: not the reply the read prompt asked for when the text lacks it, not empty and, unless it is a
     count, not one of the names the question asks about (a reader that finds only the named line tends to
-    hand back the name). The cell prints that check; when the reply fails it, the cell does not FINAL."""
+    hand back the name). The cell prints that check; when the reply fails it, the cell does not FINAL. Every
+    question but a count gets the checking cell, even one that names nothing (the list is then empty): run
+    16's student wrote the unchecked form where the question named an id and submitted the reader's echo."""
     named = asked_about(q)
     if q.listing:
         value = "[part.strip() for part in reply.split(',') if part.strip()]"
@@ -242,7 +244,7 @@ def answer_reply(rng: random.Random, q: Question) -> str:
     if MISSING not in q.text.lower():  # unless the question offers "not found" as an answer
         empty = "[]" if q.listing else "0" if q.count else '""'  # what `if answer` reads as no answer
         value = f"{value} if {MISSING!r} not in reply.lower() else {empty}"
-    if not named or not echo:
+    if not echo:  # a count: the reply's number is the answer, whatever the question names
         code = f"""
 import re
 answer = {value}
