@@ -326,13 +326,15 @@ def combine(rng: random.Random, q: Question, answers: list[str], replies: int) -
     cell, copied where every reply was one of those, submits nothing (unless the question offers "not found"
     as an answer). The teacher writes it only when some reply would be left (`teacher._answer`).
     Its thought opens with how many of the `replies` printed answer: the move follows from that printout."""
-    keep = f"answers = [r.strip() for r in replies if r.strip() and {MISSING!r} not in r.lower()]"
-    if MISSING in q.text.lower():
-        keep = "answers = [r.strip() for r in replies if r.strip()]"
     kind = _kind(q, answers)
     echoes = asked_about(q) if kind != "sum" else []
+    test, named_line = "r.strip()", ""
+    if MISSING not in q.text.lower():  # unless the question offers "not found" as an answer
+        test += f" and {MISSING!r} not in r.lower()"
     if echoes:  # a reply that is a name the question gave answers nothing: the cell drops it itself
-        keep = f"named = [n.lower() for n in {echoes!r}]\n{keep[:-1]} and r.strip().lower() not in named]"
+        named_line = f"named = [n.lower() for n in {echoes!r}]\n"
+        test += " and r.strip().lower() not in named"
+    keep = f"{named_line}answers = [r.strip() for r in replies if {test}]"
     final = {
         "sum": "FINAL(sum(int(a) for a in answers))",
         "any": 'FINAL("yes" if any(a.lower() == "yes" for a in answers) else "no")',

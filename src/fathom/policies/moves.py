@@ -23,9 +23,8 @@ CLASSIFY_WORDS = "each line"  # with "categor", how the reader knows a classific
 ECHO_MARK = "only repeats the question:"  # how the answer cell prints its check
 OFFER = re.compile(r"\W{0,2}(?:,|/|,? or|,? and)\W{0,2}")  # what stands between two names offered as choices
 CHOICE = r"\W{0,2}(?: / | or )\W{0,2}"  # a name among plain words offered as choices
-ID_SHAPE = (
-    r"\d|^[A-Z][A-Z0-9_]{2,}$|[a-z]-[a-z]"  # a one-word term shaped like an id: a digit, capitals, a dash
-)
+# A one-word term shaped like an id: a digit, capitals, or a dash between letters in it.
+ID_SHAPE = r"\d|^[A-Z][A-Z0-9_]{2,}$|[a-z]-[a-z]"
 IDS_FOUND = "ids found:"  # how the search cell prints the found terms shaped like ids
 
 
