@@ -147,3 +147,21 @@ def test_the_untrained_readers_floors_are_checked_on_their_own_pair(monkeypatch)
     assert untrained["unseen_grpo_at_least_30pct"]["met"] is True
     assert untrained["unseen_grpo_20_points_over_direct"]["value"] == pytest.approx(0.30)
     assert untrained["unseen_grpo_5_points_over_sft_p_below_0.05"]["met"] is True
+
+
+def test_proof_tables_writes_each_policys_rows_with_their_answers_cut(tmp_path, monkeypatch):
+    proof_tables = load_proof_tables(monkeypatch)
+    base = {"family": "niah", "length_tokens": 8192, "end_reason": "answered", "turns": 3, "llm_calls": 1}
+    rows = [
+        {**base, "id": "t0", "correct": True, "answer": "x" * 200, "tokens": 90, "reward": 1.0},
+        {**base, "id": "t1", "correct": False, "answer": None, "tokens": 40, "end_reason": "max_iterations"},
+    ]
+    found = {"rlm-sft": {"heldout_unseen": {"groups": {}, "rows": rows}}}
+    proof_tables.write_rows(found, tmp_path / "rows.jsonl")
+    written = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(w["policy"], w["split"], w["id"], w["correct"]) for w in written] == [
+        ("rlm-sft", "heldout_unseen", "t0", True),
+        ("rlm-sft", "heldout_unseen", "t1", False),
+    ]
+    assert written[0]["answer"] == "x" * 80 and written[1]["answer"] is None
+    assert "reward" not in written[0] and written[1]["end_reason"] == "max_iterations"

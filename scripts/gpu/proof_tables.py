@@ -1,6 +1,6 @@
 """Tables and bench/results/gpu_proof.json from the GPU proof's evaluations (what RESULTS.md and the README show).
 
-    python scripts/gpu/proof_tables.py DIR [--json bench/results/gpu_proof.json] [--commands FILE]
+    python scripts/gpu/proof_tables.py DIR [--json bench/results/gpu_proof.json] [--commands FILE] [--rows FILE]
 
 DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_<name>_summary.json`` and
 ``eval_<name>_eval.jsonl`` for the training families' split (``heldout``) and ``eval_<name>-unseen_*`` for the
@@ -10,7 +10,9 @@ tasks (and, where the trained models were also evaluated with the untrained mode
 ``eval_<name>-br_*``, those against their own reader's); where the folder holds sampled episodes
 (``eval_<name>[-unseen]_traces_sample.jsonl``), what went wrong inside them (`trace_stats.py`). With --json,
 writes per policy and split n, correct, accuracy, ci_low and ci_high (and the groups), the McNemar results, the
-issue's floors checked, those episode figures, and the commands (one per line of --commands).
+issue's floors checked, those episode figures, and the commands (one per line of --commands). With --rows,
+writes each policy's per-task rows (correct, answer, end reason, turns, calls), which the archive's own eval
+files are too large to keep in the repository.
 """
 
 from __future__ import annotations
@@ -70,6 +72,22 @@ def load(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
                     "rows": read_rows(folder / f"eval_{name}{suffix}_eval.jsonl"),
                 }
     return found
+
+
+ROW_KEYS = ("id", "family", "length_tokens", "correct", "end_reason", "turns", "llm_calls", "tokens")
+
+
+def write_rows(found: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    """One line per policy, split and task, so that a later run's McNemar test can pair its tasks with these
+    (the archive's eval files are not kept in the repository; these few fields are)."""
+    with path.open("w") as f:
+        for name, splits in found.items():
+            for split, d in splits.items():
+                for row in d["rows"]:
+                    answer = row.get("answer")
+                    kept = {k: row[k] for k in ROW_KEYS}
+                    kept["answer"] = None if answer is None else str(answer)[:80]
+                    f.write(json.dumps({"policy": name, "split": split, **kept}) + "\n")
 
 
 def tables(found: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -173,6 +191,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--commands", type=Path, help="the commands that made the results, one per line")
+    parser.add_argument("--rows", type=Path, help="also write every policy's per-task rows here (JSON lines)")
     args = parser.parse_args()
     found = load(args.folder)
     tests = comparisons(found)
@@ -208,6 +227,9 @@ def main() -> None:
                 f"| {name} | {split} | {f['reader_calls']} | {f['reader_replies_at_budget']} | "
                 f"{f['reader_replies_looping']} | {f['reader_replies_not_found']} |"
             )
+    if args.rows:
+        write_rows(found, args.rows)
+        print(f"\nwrote {args.rows}")
     if args.json:
         labels = dict(POLICIES)
         policies = {
