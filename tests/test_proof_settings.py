@@ -81,9 +81,11 @@ def test_sft_min_epochs_is_passed_on_and_logged(tmp_path):
 def test_the_reader_rows_per_transcript_are_logged_and_default_to_one(tmp_path):
     done = settings(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "reader_ratio=1.0;" in (tmp_path / "progress.log").read_text()
-    settings(tmp_path / "half", PROOF_SFT_READER_RATIO="0.5")
-    assert "reader_ratio=0.5;" in (tmp_path / "half" / "progress.log").read_text()
+    assert "reader_ratio=1.0 reader_batches=mixed;" in (tmp_path / "progress.log").read_text()
+    settings(tmp_path / "half", PROOF_SFT_READER_RATIO="0.5", PROOF_SFT_READER_BATCHES="own")
+    assert "reader_ratio=0.5 reader_batches=own;" in (tmp_path / "half" / "progress.log").read_text()
+    bad = settings(tmp_path / "bad", PROOF_SFT_READER_BATCHES="apart")
+    assert bad.returncode == 2 and "PROOF_SFT_READER_BATCHES must be mixed or own" in bad.stderr
 
 
 def test_the_students_reader_is_shown_4096_tokens_when_qwen_and_the_recipes_2048_otherwise(tmp_path):

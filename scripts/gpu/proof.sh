@@ -112,6 +112,10 @@ SFT_TEACHER_SLIPS=${PROOF_SFT_TEACHER_SLIPS:-0}
 # reader-role rows (an llm() prompt and chunk -> the teacher reader's reply) per trained transcript, drawn by
 # kind (fathom.train.reader_sft.READER_MIX): the student answers its own llm() calls, so this trains its reading
 SFT_READER_RATIO=${PROOF_SFT_READER_RATIO:-1.0}
+# mixed: reader rows share optimizer steps with transcripts (their few tokens ~2% of the loss, run 17); own:
+# steps of their own (fathom.train.sft_batches)
+SFT_READER_BATCHES=${PROOF_SFT_READER_BATCHES:-mixed}
+case $SFT_READER_BATCHES in mixed|own) ;; *) echo "PROOF_SFT_READER_BATCHES must be mixed or own" >&2; exit 2 ;; esac
 # where SFT's tasks come from. generated: SFT_TASKS distinct tasks of the training families, made for SFT;
 # pool: drawn from data/train.jsonl (GRPO's pool), where 512 draws from 840 tasks give 388 distinct (runs 3-7)
 SFT_TASK_SOURCE=${PROOF_SFT_TASK_SOURCE:-generated}
@@ -232,7 +236,7 @@ stage_data() {
   sha256sum "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" | tee "$D/keep/data.sha256"
 }
 stage_settings() { # what this run resolved, into the progress log
-  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO;" \
+  log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO reader_batches=$SFT_READER_BATCHES;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
     "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
@@ -257,7 +261,7 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
     --sft.max_length="$TOTAL" --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
     --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --rollout.sub_max_input_tokens="$SUB_INPUT" \
     --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}" \
-    --sft.teacher_slips="$SFT_TEACHER_SLIPS" --sft.reader_ratio="$SFT_READER_RATIO" \
+    --sft.teacher_slips="$SFT_TEACHER_SLIPS" --sft.reader_ratio="$SFT_READER_RATIO" --sft.reader_batches="$SFT_READER_BATCHES" \
     --sft.holdout=0.1 --sft.eval_every="$SFT_EVAL_EVERY" --sft.patience=2 --sft.entropy_floor="$SFT_ENTROPY_FLOOR" --sft.min_epochs="$SFT_MIN_EPOCHS" \
     --logging.progress=false > "$D/logs/sft.log" 2>&1
   keep "$D/sft/summary.json" "$D/sft/metrics.jsonl"

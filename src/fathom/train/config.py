@@ -396,6 +396,9 @@ class SFTConfig:
     # Reader-role rows (an llm() prompt with its chunk -> the scripted reader's answer) mixed in: this many
     # per trained transcript (0 = none). Only the scripted sources (teacher, expert) record reader calls.
     reader_ratio: float = 0.5
+    # Which rows share an optimizer step (`fathom.train.sft_batches`): mixed (any), or own (reader rows in
+    # steps of their own, so their few loss tokens are not averaged into the transcripts' thousands)
+    reader_batches: str = "mixed"
     # Error-recovery demonstrations (source teacher): this share of the reader's not-found replies is an echo
     # of a name the question asks about, which the teacher's answer check catches; echoes are never reader rows.
     reader_echo: float = 0.0
@@ -415,6 +418,7 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
+        _one_of("sft", "reader_batches", self.reader_batches, ("mixed", "own"))
         if self.reader_ratio < 0:
             raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
         if not 0 <= self.reader_echo <= 1:

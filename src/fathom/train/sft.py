@@ -191,6 +191,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     from fathom.models.loading import ModelSpec
     from fathom.train.nonfinite import SkipNonFiniteSteps
     from fathom.train.policy import load_policy, merge_base, process_state, use_bf16
+    from fathom.train.sft_batches import KindBlockSampler
 
     s = config.sft
     run_dir = Path(config.run.run_dir)
@@ -265,7 +266,18 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     )
     stopping = HeldoutStopping(model, s.patience, s.entropy_floor, s.min_epochs) if evaluating else None
     guard = SkipNonFiniteSteps()  # one NaN step would make every later one train a NaN model
-    trainer = SFTTrainer(
+    trainer_class = SFTTrainer
+    if s.reader_batches == "own" and readers:
+        kinds = ["transcript"] * transcript_examples + ["reader"] * len(readers)
+        block = s.per_device_train_batch_size * s.gradient_accumulation_steps * dist.num_processes
+        sampler = KindBlockSampler(kinds, block, config.run.seed)
+
+        class ReaderStepsApart(SFTTrainer):  # every optimizer step's rows of one kind (sft_batches)
+            def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+                return sampler
+
+        trainer_class = ReaderStepsApart
+    trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(examples),
@@ -303,6 +315,7 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "trained_on": transcript_examples,
         "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,
+        "reader_batches": s.reader_batches,
         "reader_reply_budget": config.rollout.sub_max_new_tokens,
         "reader_over_budget": reader_over_budget,
         "reader_echo": s.reader_echo,
