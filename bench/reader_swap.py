@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python bench/reader_swap.py TRACES TASKS --reader MODEL [--tokenizer MODEL]
         [--sub-input-tokens 4096] [--max-turns 10] [--max-new-tokens 128] [--max-chunk-tokens N] [--limit N]
-        [--out FILE.json]
+        [--families F ...] [--only-gold] [--out FILE.json]
 
     PYTHONPATH=src python bench/reader_swap.py teacher TASKS [--per-family 6] [--max-length 32768] [--reader MODEL]
 
@@ -129,6 +129,10 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, help="only tasks of at most this many tokens")
     parser.add_argument("--per-family", type=int, default=6, help="with 'teacher': tasks a family")
     parser.add_argument("--limit", type=int, help="only the first N episodes")
+    parser.add_argument("--families", nargs="+", help="only the episodes of these families")
+    parser.add_argument(
+        "--only-gold", action="store_true", help="ask --reader only the calls whose chunk holds the answer"
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
 
@@ -150,6 +154,8 @@ def main() -> None:
         lines = Path(args.traces).read_text().splitlines()
         rows = [json.loads(line) for line in lines if line.strip()]
         rows = [r for r in rows if r["trace"]["task_id"] in by_id]
+    if args.families:
+        rows = [r for r in rows if by_id[r["trace"]["task_id"]].family in args.families]
     rows = rows[: args.limit]
     calls, unfaithful = [], 0
     for row in rows:
@@ -167,7 +173,7 @@ def main() -> None:
                 "chunk_holds_gold": holds(chunk, gold), "old_holds_gold": holds(old, gold),
                 "old_not_found": bool(NOT_FOUND.search(old)), "old": old[:300],
             }  # fmt: skip
-            if model is not None:
+            if model is not None and (call["chunk_holds_gold"] or not args.only_gold):
                 with torch.no_grad():
                     out = model.generate(
                         torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False,
@@ -186,8 +192,9 @@ def main() -> None:
     summary = {
         "reader": args.reader, "traces": args.traces, "episodes": len(rows),
         "episodes_replayed_unfaithfully": unfaithful, "calls": len(calls),
-        **{k: sum(c[k] for c in calls) for k in keys},
-        "of_calls_whose_chunk_holds_gold": {k: sum(c[k] for c in with_gold) for k in keys[1:]},
+        "asked_the_reader": sum("new" in c for c in calls),  # all calls, or with --only-gold those with gold
+        **{k: sum(c.get(k, False) for c in calls) for k in keys},
+        "of_calls_whose_chunk_holds_gold": {k: sum(c.get(k, False) for c in with_gold) for k in keys[1:]},
         "by_family": {
             f: {
                 "episodes": sum(by_id[r["trace"]["task_id"]].family == f for r in rows),

@@ -43,3 +43,39 @@ def test_the_teachers_episodes_come_as_an_eval_samples_rows_with_their_scores():
     rows = reader_swap.teacher_rows(tasks, "tiny-qwen", per_family=2, max_turns=10, sub_input=4096)
     assert [r["trace"]["task_id"] for r in rows] == [t.id for t in (tasks[0], tasks[1], tasks[3], tasks[4])]
     assert all(isinstance(r["correct"], bool) for r in rows) and any(r["correct"] for r in rows)
+
+
+def test_only_gold_asks_the_second_reader_only_where_the_chunk_holds_the_answer(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    from fathom.tasks.schema import write_tasks
+
+    # glossary_lookup at 32K: the teacher reads some chunks that lack the answer
+    tasks = [
+        generate_task(family, seed, 32768, "medium")
+        for family in ("glossary_lookup", "niah")
+        for seed in range(2)
+    ]
+    write_tasks(tmp_path / "tasks.jsonl", tasks)
+    rows = reader_swap.teacher_rows(tasks, "tiny-qwen", per_family=2, max_turns=10, sub_input=4096)
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps({"trace": r["trace"]}) + "\n" for r in rows))
+    out = tmp_path / "swap.json"
+    argv = [
+        "reader_swap.py",
+        str(tmp_path / "traces.jsonl"),
+        str(tmp_path / "tasks.jsonl"),
+        "--reader",
+        "tiny-qwen",
+    ]
+    argv += ["--max-new-tokens", "4", "--only-gold", "--families", "glossary_lookup", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    reader_swap.main()
+    result = json.loads(out.read_text())
+    calls = result["calls"]
+    assert calls and {c["family"] for c in calls} == {"glossary_lookup"}  # niah's episodes left out
+    assert result["summary"]["episodes"] == 2
+    asked = [c for c in calls if "new" in c]
+    assert asked == [c for c in calls if c["chunk_holds_gold"]]
+    assert result["summary"]["asked_the_reader"] == len(asked) > 0
+    assert len(asked) < len(calls), "some chunk without the answer should have been left unasked"

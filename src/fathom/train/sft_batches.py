@@ -1,7 +1,7 @@
 """Which SFT rows share an optimizer step: reader rows in steps of their own (``sft.reader_batches = "own"``).
 
 HF's Trainer averages the loss over every loss token of an optimizer step's rows. A teacher transcript has
-~950 loss tokens and a reader row (`fathom.train.reader_sft`) 5-55, so in a mixed step the reader rows are
+~930 loss tokens and a reader row (`fathom.train.reader_sft`) 5-55, so in a mixed step the reader rows are
 ~2% of what SFT minimises and the answering rows ~0.3% (bench/RESULTS.md, "run 17"): the reader learns the
 commonest short reply, "not found in this text", and refuses chunks that hold the answer. With "own",
 `KindBlockSampler` orders each epoch so that every optimizer step (per-device batch x gradient accumulation
