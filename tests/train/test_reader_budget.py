@@ -45,22 +45,12 @@ def test_rows_are_drawn_from_the_fitting_calls_only():
     assert all(sum(r["assistant_masks"]) <= 64 for r in rows)
 
 
-def test_the_sft_summary_counts_the_reader_replies_over_budget(tmp_path):
+def test_the_sft_summary_counts_the_reader_replies_over_budget(tmp_path, transcript):
     chat = ChatFormat(load_tokenizer(ModelSpec("tiny-smol")))  # tiny-cpu's model: SmolLM2's tokenizer
     short, long = labelling_call(3), labelling_call(60)
     budget = len(reply_ids(chat, short["reply"])) + 2
     assert len(reply_ids(chat, long["reply"])) > budget
-    turns = ["```repl\nFINAL('Rome')\n```"]
-    ids = [*chat.tokenizer.encode(turns[0], add_special_tokens=False), chat.eos_id]
-    record = {
-        "task_id": "t",
-        "family": "niah",
-        "length_tokens": 8192,
-        "correct": True,
-        "prompt_ids": chat.prompt_ids("You write Python.", "Question: Where?"),
-        "completion_ids": ids,
-        "env_mask": [1] * len(ids),
-    }
+    record = transcript(chat)
     run_dir = tmp_path / "sft"
     run_dir.mkdir()
     (tmp_path / "transcripts.jsonl").write_text(json.dumps(record) + "\n")

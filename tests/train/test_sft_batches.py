@@ -64,22 +64,11 @@ def test_the_config_takes_mixed_or_own_only():
 
 
 @pytest.mark.parametrize("batches", ["mixed", "own"])
-def test_sft_trains_reader_rows_in_steps_of_their_own_when_asked(tmp_path, monkeypatch, batches):
+def test_sft_trains_reader_rows_in_steps_of_their_own_when_asked(tmp_path, monkeypatch, transcript, batches):
     chat = ChatFormat(load_tokenizer(ModelSpec("tiny-smol")))  # tiny-cpu's model
-    turn = "```repl\nFINAL('Rome')\n```"
-    ids = [*chat.tokenizer.encode(turn, add_special_tokens=False), chat.eos_id]
-    record = {
-        "task_id": "t",
-        "family": "niah",
-        "length_tokens": 8192,
-        "correct": True,
-        "prompt_ids": chat.prompt_ids("You write Python.", "Question: Where?"),
-        "completion_ids": ids,
-        "env_mask": [1] * len(ids),
-    }
     run_dir = tmp_path / "sft"
     run_dir.mkdir()
-    records = [{**record, "task_id": f"t{i}"} for i in range(4)]
+    records = [transcript(chat, f"t{i}") for i in range(4)]
     (tmp_path / "transcripts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     calls = [
         {"prompt": f"Answer.\nQuestion: what is {i}?", "chunk": f"the value is {i}", "reply": str(i)}
