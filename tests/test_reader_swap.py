@@ -4,11 +4,14 @@ observation, and hands each llm() call the chunk the student's reader was shown.
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
 
 from fathom.eval.policies import TeacherPolicy
 from fathom.rollout import ChatFormat
 from fathom.tasks import generate_task
+from fathom.tasks.schema import write_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("reader_swap", ROOT / "bench/reader_swap.py")
@@ -46,11 +49,6 @@ def test_the_teachers_episodes_come_as_an_eval_samples_rows_with_their_scores():
 
 
 def test_only_gold_asks_the_second_reader_only_where_the_chunk_holds_the_answer(tmp_path, monkeypatch):
-    import json
-    import sys
-
-    from fathom.tasks.schema import write_tasks
-
     # glossary_lookup at 32K: the teacher reads some chunks that lack the answer
     tasks = [
         generate_task(family, seed, 32768, "medium")
