@@ -141,7 +141,45 @@ def test_the_untrained_reader_evaluations_are_asked_for_and_logged(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "eval_reader=both;" in (tmp_path / "b" / "progress.log").read_text()
     done = settings(tmp_path / "c", PROOF_EVAL_READER="base")
-    assert done.returncode == 2 and "PROOF_EVAL_READER must be own or both" in done.stderr
+    assert done.returncode == 2 and "PROOF_EVAL_READER must be own, both, trained or all" in done.stderr
+
+
+def test_a_reader_trained_apart_is_asked_for_with_its_settings_and_only_without_grpo(tmp_path):
+    done = settings(tmp_path, PROOF_EVAL_READER="trained", PROOF_GRPO_RUNS="none")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "eval_reader=trained (reader sft: ratio 1.5 x1 lr 3e-4); grpo_reader=own;"
+        in (tmp_path / "progress.log").read_text()
+    )
+    done = settings(
+        tmp_path / "set",
+        PROOF_EVAL_READER="trained",
+        PROOF_GRPO_RUNS="none",
+        PROOF_READER_SFT_RATIO="2",
+        PROOF_READER_SFT_EPOCHS="1.5",
+        PROOF_READER_SFT_LR="1e-4",
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "eval_reader=trained (reader sft: ratio 2 x1.5 lr 1e-4);"
+        in (tmp_path / "set" / "progress.log").read_text()
+    )
+    done = settings(tmp_path / "all", PROOF_EVAL_READER="all", PROOF_GRPO_RUNS="none")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "eval_reader=all (reader sft: ratio 1.5 x1 lr 3e-4);"
+        in (tmp_path / "all" / "progress.log").read_text()
+    )
+    done = settings(tmp_path / "grpo", PROOF_EVAL_READER="trained")  # GRPO runs by default
+    assert done.returncode == 2 and "PROOF_EVAL_READER=trained runs with PROOF_GRPO_RUNS=none" in done.stderr
+    done = settings(
+        tmp_path / "base",
+        PROOF_EVAL_READER="all",
+        PROOF_GRPO_RUNS="none",
+        PROOF_GRPO_READER="base",
+        PROOF_SFT_LORA="1",
+    )
+    assert done.returncode == 2 and "PROOF_EVAL_READER=all does not apply" in done.stderr
 
 
 def test_grpo_with_the_untrained_reader_needs_a_lora_sft_and_evaluates_both_readers(tmp_path):

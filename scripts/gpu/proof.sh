@@ -6,7 +6,8 @@
 # the training families' held-out split and the unseen families' split, 8K to 400K tokens.
 #
 #   scripts/gpu/proof.sh STAGE [STAGE...]   data model sft baselines sft_eval grpo final report pack, or pipeline
-#                                           (settings: what the environment resolves to, into the progress log)
+#                                           (settings: what the environment resolves to, into the progress log;
+#                                           sft_merge, reader_sft, sft_eval_br, sft_eval_tr: see PROOF_EVAL_READER)
 #   scripts/gpu/proof.sh start              the pipeline in its own process session (it outlives the device
 #                                           call; the machine keeps it while calls follow within 30 s)
 #   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
@@ -171,8 +172,24 @@ SFT_EVAL_REP_PENALTY=${PROOF_SFT_EVAL_REPETITION_PENALTY:-}
 # also the untrained model (rlm-sft-br, rlm-grpo-br, beside the first evaluations). Run 13's student reader
 # answered "not found" to 41 of 43 unseen calls: this measures what the policy's moves are worth with a reader
 # that SFT on the training families' questions did not narrow
+# trained: a reader of its own, a LoRA on the base model trained on SFT's recorded reader calls alone
+# (sft.rows=reader: the rows are the whole loss, where inside the student's SFT they were ~2% of it, run 17),
+# reads the SFT model's calls (rlm-sft-tr, beside rlm-sft: the same moves, another reader); all: both and trained
 EVAL_READER=${PROOF_EVAL_READER:-own}
-case $EVAL_READER in own|both) ;; *) echo "PROOF_EVAL_READER must be own or both" >&2; exit 2 ;; esac
+case $EVAL_READER in own|both|trained|all) ;; *) echo "PROOF_EVAL_READER must be own, both, trained or all" >&2; exit 2 ;; esac
+UNTRAINED_READER=$([[ $EVAL_READER =~ ^(both|all)$ ]] && echo 1 || echo 0)
+TRAINED_READER=$([[ $EVAL_READER =~ ^(trained|all)$ ]] && echo 1 || echo 0)
+# the reader trained apart: reader rows per usable SFT transcript (drawn from distinct calls, kinds stratified by
+# fathom.train.reader_sft.READER_MIX), epochs and learning rate (LoRA, PROOF_SFT_LORA_R). A reader row averages
+# ~1,900 tokens (its chunk) against a transcript's ~2,300, so 1.5 rows a transcript cost about as much as the
+# student's SFT on its transcripts alone: ~1,400 rows, half of them answers, from the 1,024 tasks' calls
+READER_SFT_RATIO=${PROOF_READER_SFT_RATIO:-1.5}
+READER_SFT_EPOCHS=${PROOF_READER_SFT_EPOCHS:-1}
+READER_SFT_LR=${PROOF_READER_SFT_LR:-3e-4}
+if [ "$TRAINED_READER" = 1 ] && [ "$GRPO_RUNS" != none ]; then
+  # the reader's training and its evaluation share the GPU with the SFT evaluation; beside GRPO they are unmeasured
+  echo "PROOF_EVAL_READER=$EVAL_READER runs with PROOF_GRPO_RUNS=none (SFT and its evaluations only)" >&2; exit 2
+fi
 # who reads the policy's llm() calls in GRPO. own: the policy itself (its sub-calls trained or masked, per run);
 # base: the untrained model, frozen (rollout.sub_lm = "base", the 1.5B reference recipe's reader): the SFT
 # adapter is trained further and switched off for each llm() call, so it needs PROOF_SFT_LORA=1; the sub-calls
@@ -183,7 +200,8 @@ case $GRPO_READER in
   base)
     [ "$SFT_LORA" = 1 ] || { echo "PROOF_GRPO_READER=base needs PROOF_SFT_LORA=1: with the adapter off, the untrained model reads" >&2; exit 2; }
     [ "$GRPO_RUNS" = both ] && { echo "PROOF_GRPO_READER=base trains no sub-calls: PROOF_GRPO_RUNS=both (trained vs masked) does not apply" >&2; exit 2; }
-    EVAL_READER=both ;;
+    [ "$TRAINED_READER" = 1 ] && { echo "PROOF_GRPO_READER=base evaluates with the untrained reader: PROOF_EVAL_READER=$EVAL_READER does not apply" >&2; exit 2; }
+    EVAL_READER=both UNTRAINED_READER=1 ;;
   *) echo "PROOF_GRPO_READER must be own or base" >&2; exit 2 ;;
 esac
 if [ "$SFT_LORA" = 1 ]; then
@@ -238,7 +256,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO reader_batches=$SFT_READER_BATCHES;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER; grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER$([ "$TRAINED_READER" = 1 ] && echo " (reader sft: ratio $READER_SFT_RATIO x$READER_SFT_EPOCHS lr $READER_SFT_LR)"); grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
   # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
   # environment; a run directory keeps the settings it began with (its done stages were made with them)
@@ -323,6 +341,38 @@ stage_grpo_b() {
   grpo_run grpo-b true "$(grpo_minutes)" 29537 "--rollout.max_subcall_rows=$SUBCALL_ROWS --model.gradient_checkpointing=$SUBCALL_CHECKPOINTING --grpo.learning_rate=$GRPO_LR_B"
 }
 stage_sft_eval_br() { evaluate rlm-sft-br rlm "$SFT_MODEL" "rlm (SFT, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"; }
+stage_reader_sft() { # the reader trained apart (PROOF_EVAL_READER=trained or all): a LoRA on the base model,
+  # trained on the reader calls SFT recorded (its transcripts, with the same turn budget, only size the draw); after
+  # `restore` those files stayed behind, so the teacher plays SFT's tasks again (the same seed, the same tasks)
+  local calls=(--sft.source=file --sft.transcripts="$D/sft/transcripts.jsonl" --sft.reader_calls="$D/sft/reader_calls.jsonl")
+  if [ ! -f "$D/sft/reader_calls.jsonl" ]; then
+    calls=(--sft.source=teacher --data.train_tasks="$SFT_POOL" --curriculum.tiers="$ALL_TIER" --eval.tier=0
+      --sft.num_tasks="$SFT_TASKS" --sft.reader_echo="${PROOF_SFT_READER_ECHO:-0.25}")
+  fi
+  fathom sft --config "$RECIPE" --run.run_dir="$D/reader" --run.device="$DEVICE" --model.name="$MODEL" \
+    --model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA" "${calls[@]}" \
+    --sft.rows=reader --sft.reader_ratio="$READER_SFT_RATIO" --sft.epochs="$READER_SFT_EPOCHS" \
+    --sft.learning_rate="$READER_SFT_LR" --sft.max_turns="$TURNS" --sft.max_length="$TOTAL" \
+    --sft.per_device_train_batch_size="$SFT_BATCH" --sft.gradient_accumulation_steps="$SFT_ACCUM" \
+    --rollout.max_new_tokens="$NEW" --rollout.sub_max_new_tokens=128 --rollout.sub_max_input_tokens="$SUB_INPUT" \
+    --logging.progress=false > "$D/logs/reader_sft.log" 2>&1
+  keep "$D/reader/summary.json" "$D/reader/metrics.jsonl"
+}
+stage_sft_merge() { # after `restore` the SFT adapter came back but not its merged model, which the evaluations load
+  if [ "$SFT_LORA" != 1 ] || [ -d "$SFT_MODEL" ]; then return 0; fi
+  rm -rf "$SFT_MODEL.tmp"
+  "$PY" -c 'import sys, torch
+from pathlib import Path
+from fathom.models import ModelSpec, load_tokenizer
+from fathom.train.checkpoint import merge_adapter
+adapter, base, out = sys.argv[1:]
+merge_adapter(Path(adapter), base, torch.bfloat16, load_tokenizer(ModelSpec(name=base)), Path(out))' \
+    "$D/sft/final/adapter" "$MODEL" "$SFT_MODEL.tmp" > "$D/logs/sft_merge.log" 2>&1
+  mv "$SFT_MODEL.tmp" "$SFT_MODEL"
+}
+stage_sft_eval_tr() {
+  evaluate rlm-sft-tr rlm "$SFT_MODEL" "rlm (SFT, reader trained apart)" "$EVAL_REP_PENALTY" "$D/reader/final/merged"
+}
 GRPO_LABEL=$([ "$GRPO_READER" = base ] && echo "untrained reader in training" || echo "sub-calls trained")
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, $GRPO_LABEL)"; }
 stage_final_br() {
@@ -462,11 +512,14 @@ stage_pipeline() {
   if [ "$BASELINES" = run ]; then step baselines & baselines=$!
   else log "stage baselines skipped (PROOF_BASELINES=skip)"; fi
   step sft || { wait; step pack; return 1; }
+  step sft_merge || { wait; step pack; return 1; }
   step sft_eval & local sft_eval=$!
   local sft_eval_rp=
   if [ -n "$SFT_EVAL_REP_PENALTY" ]; then step sft_eval_rp & sft_eval_rp=$!; fi
   local sft_eval_br=
-  if [ "$EVAL_READER" = both ]; then step sft_eval_br & sft_eval_br=$!; fi
+  if [ "$UNTRAINED_READER" = 1 ]; then step sft_eval_br & sft_eval_br=$!; fi
+  local sft_eval_tr=
+  if [ "$TRAINED_READER" = 1 ]; then { step reader_sft && step sft_eval_tr; } & sft_eval_tr=$!; fi
   local trained=
   if [ "$GRPO_RUNS" != none ]; then { step grpo && finals; } & trained=$!
   else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
@@ -476,7 +529,7 @@ stage_pipeline() {
     lr-pair) { step grpo_b && final_step final_b; } & second=$! ;;
   esac
   local status=0
-  for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $trained $second; do wait "$pid" || status=1; done
+  for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $sft_eval_tr $trained $second; do wait "$pid" || status=1; done
   if [ "$GRPO_RUNS" != none ] && [ "$GRPO_FINALS" = run ]; then step report || status=1; fi
   step pack
   return $status

@@ -7,7 +7,7 @@ DIR holds the unpacked keep/ folder of `scripts/gpu/proof.sh`'s archive: ``eval_
 unseen families' (``heldout_unseen``). Prints markdown: accuracy with 95% Wilson intervals per family and per
 length, per-episode costs, and exact McNemar tests (SFT+GRPO vs SFT, trained vs masked sub-calls) on the same
 tasks (and, where the trained models were also evaluated with the untrained model reading their llm() calls,
-``eval_<name>-br_*``, those against their own reader's); where the folder holds sampled episodes
+``eval_<name>-br_*``, those against their own reader's; and with a reader trained apart, ``-tr``); where the folder holds sampled episodes
 (``eval_<name>[-unseen]_traces_sample.jsonl``), what went wrong inside them (`trace_stats.py`). With --json,
 writes per policy and split n, correct, accuracy, ci_low and ci_high (and the groups), the McNemar results, the
 issue's floors checked, those episode figures, and the commands (one per line of --commands). With --rows,
@@ -38,6 +38,7 @@ POLICIES = (  # (name in the archive, label)
     ("rlm-grpo-b", "RLM scaffold, SFT + GRPO (sub-calls trained, second learning rate)"),
     ("rlm-sft-br", "RLM scaffold, after SFT, its llm() calls read by the untrained model"),
     ("rlm-grpo-br", "RLM scaffold, SFT + GRPO, its llm() calls read by the untrained model"),
+    ("rlm-sft-tr", "RLM scaffold, after SFT, its llm() calls read by a reader trained apart"),
 )
 # with PROOF_EVAL_READER=both, each trained model is also evaluated with the untrained model as its reader
 # ("-br"), and the floors are checked for that pair of evaluations as well
@@ -53,6 +54,8 @@ COMPARISONS = (
     ("rlm-sft-br", "rlm-sft"),
     ("rlm-grpo-br", "rlm-grpo"),
     ("rlm-grpo-br", "rlm-sft-br"),
+    ("rlm-sft-tr", "rlm-sft"),
+    ("rlm-sft-tr", "rlm-sft-br"),
 )
 
 

@@ -399,6 +399,12 @@ class SFTConfig:
     # Which rows share an optimizer step (`fathom.train.sft_batches`): mixed (any), or own (reader rows in
     # steps of their own, so their few loss tokens are not averaged into the transcripts' thousands)
     reader_batches: str = "mixed"
+    # What SFT trains: all (the transcripts and the reader rows: one model plays both roles), or reader (the
+    # reader rows alone: an adapter that only answers llm() calls, evaluated as a separate reader model)
+    rows: str = "all"
+    # Where the recorded reader calls are read from (default RUN/reader_calls.jsonl, which SFT's collection
+    # writes): a reader-only run points it at the collecting run's file
+    reader_calls: str = ""
     # Error-recovery demonstrations (source teacher): this share of the reader's not-found replies is an echo
     # of a name the question asks about, which the teacher's answer check catches; echoes are never reader rows.
     reader_echo: float = 0.0
@@ -419,6 +425,17 @@ class SFTConfig:
     def __post_init__(self) -> None:
         _one_of("sft", "source", self.source, ("teacher", "expert", "openai", "file"))
         _one_of("sft", "reader_batches", self.reader_batches, ("mixed", "own"))
+        _one_of("sft", "rows", self.rows, ("all", "reader"))
+        if self.rows == "reader" and (self.holdout > 0 or self.reader_ratio == 0):
+            raise ConfigError(
+                "sft.rows = reader trains reader rows only: it needs sft.reader_ratio > 0 and sft.holdout = 0 "
+                f"(held-out rows are transcripts); got reader_ratio {self.reader_ratio}, holdout {self.holdout}"
+            )
+        if self.reader_calls and self.source != "file":
+            raise ConfigError(
+                "sft.reader_calls names an earlier run's recorded calls, so it goes with sft.source = file "
+                f"(a collecting run records its own); got source {self.source!r}"
+            )
         if self.reader_ratio < 0:
             raise ConfigError(f"sft.reader_ratio must be >= 0, got {self.reader_ratio}")
         if not 0 <= self.reader_echo <= 1:

@@ -18,7 +18,9 @@
    (`fathom.train.reader_sft`; replies over ``rollout.sub_max_new_tokens`` are dropped: ``reader_over_budget``;
    echoes from ``sft.reader_echo`` (`fathom.train.sft_collect`) are never rows: ``reader_echoes``). With
    ``sft.teacher_slips`` the teacher's faulty turns (repaired on the next turn) are in the transcript but get
-   loss mask 0 (``slip_turns``, counted in the summary).
+   loss mask 0 (``slip_turns``, counted in the summary). With ``sft.rows = "reader"`` only the reader rows
+   are trained (a separate reader model; ``sft.reader_calls`` names another run's recorded calls, and
+   ``sft.source = "file"`` its transcripts, which then only size the draw).
 2. TRL ``SFTTrainer`` on the pre-tokenized dataset ``input_ids`` + ``assistant_masks`` (0 on the prompt and on
    every environment token, 1 on sampled tokens: TRL turns it into ``labels = -100`` off the mask).
 3. With ``sft.holdout`` > 0, a share of the transcripts (whole tasks) is held out and scored as training
@@ -139,7 +141,7 @@ def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> tuple
     from fathom.rollout import ChatFormat
     from fathom.train.reader_sft import reader_examples
 
-    path = run_dir / "reader_calls.jsonl"
+    path = reader_calls_path(config, run_dir)
     want = round(config.sft.reader_ratio * n_transcripts)
     if want == 0 or not path.exists():
         return [], 0
@@ -154,9 +156,14 @@ def reader_rows(config: TrainConfig, run_dir: Path, n_transcripts: int) -> tuple
     return [row for row in rows if len(row["input_ids"]) <= config.sft.max_length], over
 
 
-def reader_echoes(run_dir: Path) -> int:
+def reader_calls_path(config: TrainConfig, run_dir: Path) -> Path:
+    """Where the recorded reader calls are: ``sft.reader_calls``, else the run's own collection."""
+    return Path(config.sft.reader_calls) if config.sft.reader_calls else run_dir / "reader_calls.jsonl"
+
+
+def reader_echoes(config: TrainConfig, run_dir: Path) -> int:
     """The distinct reader calls answered with an echo (``sft.reader_echo``): never trained on."""
-    path = run_dir / "reader_calls.jsonl"
+    path = reader_calls_path(config, run_dir)
     calls = read_jsonl(path) if path.exists() else []
     return len({(c["prompt"], c["chunk"]) for c in calls if c.get("echo")})
 
@@ -214,13 +221,19 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
     collect_s = time.perf_counter() - started
     usable, dropped = trainable(records, config)
     trained, heldout = split_heldout(usable, s.holdout, s.seed)
+    readers, reader_over_budget = reader_rows(config, run_dir, len(trained))
+    # rows = reader: the transcripts only size the draw of reader rows (sft.reader_ratio per transcript)
+    if s.rows == "reader":
+        trained = []
     examples = [to_example(r) for r in trained]
     transcript_examples = len(examples)
-    readers, reader_over_budget = reader_rows(config, run_dir, transcript_examples)
     examples += readers
     if not examples:
         raise RuntimeError(
-            f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
+            f"no reader row from {reader_calls_path(config, run_dir)} for {len(usable)} usable transcripts: "
+            "nothing to train on"
+            if s.rows == "reader"
+            else f"no correct transcript of at most {s.max_length} tokens among {len(records)}: nothing to train on"
         )
     heldout_examples = [to_example(r) for r in heldout]
 
@@ -316,10 +329,11 @@ def run_sft(config: TrainConfig) -> dict[str, Any]:
         "heldout_transcripts": len(heldout_examples),
         "reader_examples": len(examples) - transcript_examples,
         "reader_batches": s.reader_batches,
+        "rows": s.rows,
         "reader_reply_budget": config.rollout.sub_max_new_tokens,
         "reader_over_budget": reader_over_budget,
         "reader_echo": s.reader_echo,
-        "reader_echoes": reader_echoes(run_dir),
+        "reader_echoes": reader_echoes(config, run_dir),
         "transcripts_with_echo": sum(r.get("echo_checks", 0) > 0 for r in trained),
         "teacher_slips": s.teacher_slips,
         "slip_turns": sum(len(r.get("slip_turns", ())) for r in trained),
