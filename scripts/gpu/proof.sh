@@ -512,7 +512,10 @@ stage_pipeline() {
   if [ "$BASELINES" = run ]; then step baselines & baselines=$!
   else log "stage baselines skipped (PROOF_BASELINES=skip)"; fi
   step sft || { wait; step pack; return 1; }
-  step sft_merge || { wait; step pack; return 1; }
+  # the SFT model's evaluations load its merged weights; GRPO after `restore` needs only the adapter
+  if [ ! -f "$D/done/sft_eval" ] || [ -n "$SFT_EVAL_REP_PENALTY" ] || [ "$UNTRAINED_READER$TRAINED_READER" != 00 ]; then
+    step sft_merge || { wait; step pack; return 1; }
+  fi
   step sft_eval & local sft_eval=$!
   local sft_eval_rp=
   if [ -n "$SFT_EVAL_REP_PENALTY" ]; then step sft_eval_rp & sft_eval_rp=$!; fi
