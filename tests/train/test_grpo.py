@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from fathom.train import checkpoint
+from fathom.train.config import ConfigError
 from fathom.train.configfile import load_config
 from fathom.train.grpo import build_grpo, train_run
 from fathom.train.runlog import read_jsonl
@@ -275,3 +276,44 @@ def test_max_minutes_stops_with_a_checkpoint_and_resumes(tmp_path):
     assert len(events) == 1 and events[0]["step"] == 1
     second = train_run(build_grpo(load_config(TINY, [*common, "--checkpoint.geometric=false"])))
     assert second["steps"] == 2 and second["resumed_from"].endswith("checkpoint-1")
+
+
+def test_a_frozen_reader_model_answers_the_llm_calls_of_grpo_rollouts(tmp_path, monkeypatch):
+    import fathom.train.rollout_func as rollout_func
+    from fathom.rollout.service import RoutedService
+
+    extra = ["--rollout.sub_lm=model", "--rollout.sub_lm_model=tiny-smol"]
+    config = load_config(TINY, [*FAST, f"--run.run_dir={tmp_path}", "--grpo.max_steps=1", *extra])
+    run = build_grpo(config)
+    built = []
+    real = rollout_func.build_engine
+
+    def spy(service, chat, engine_config, reader, **kw):
+        built.append((service, reader))
+        return real(service, chat, engine_config, reader, **kw)
+
+    monkeypatch.setattr(rollout_func, "build_engine", spy)
+    inputs = run.trainer._generate_and_score_completions([{"prompt": slot_prompt(0)}] * 2)
+    assert inputs["completion_mask"].shape[0] == 2
+    (service, reader), *_ = built
+    # the engine asks adapter-off for each llm() call, and RoutedService sends those to the reader model
+    assert reader == "base" and isinstance(service, RoutedService) and service.base_adapter
+    reader_model = service.base.backend.model
+    policy_params = {id(p) for p in run.trainer.model.parameters()}
+    assert not any(id(p) in policy_params for p in reader_model.parameters())
+    assert not any(p.requires_grad for p in reader_model.parameters()) and not reader_model.training
+    # loaded once: the next generation batch reuses it
+    run.trainer._generate_and_score_completions([{"prompt": slot_prompt(1)}] * 2)
+    assert built[-1][0].base is service.base
+
+
+def test_a_reader_model_must_be_named_and_share_the_policys_vocabulary(tmp_path):
+    with pytest.raises(ConfigError, match=r"needs rollout\.sub_lm_model"):
+        load_config(TINY, ["--rollout.sub_lm=model"])
+    config = load_config(
+        TINY,
+        [*FAST, f"--run.run_dir={tmp_path}", "--rollout.sub_lm=model", "--rollout.sub_lm_model=tiny-qwen"],
+    )
+    run = build_grpo(config)
+    with pytest.raises(ValueError, match="another tokenizer than the policy"):
+        run.trainer._generate_and_score_completions([{"prompt": slot_prompt(0)}] * 2)

@@ -196,6 +196,31 @@ def load_model_engine(
     return ModelEngine(model, tokenizer, backend, hf_service(backend, model))
 
 
+def load_reader_engine(
+    name: str,
+    policy_name: str,
+    policy_tokenizer: Any,
+    dtype: str,
+    device: str | None,
+    generation_mode: str,
+    context_tokens: int,
+    vllm_memory: float = 0.3,
+    vllm_kv_cache_gib: float = 0.0,
+) -> ModelEngine:
+    """A second model that answers a policy's `llm()` calls (`load_model_engine`), checked to share the
+    policy's vocabulary: the engine writes each call's prompt in the policy's tokens and reads the reply back
+    with them."""
+    reader = load_model_engine(
+        name, dtype, device, generation_mode, context_tokens, vllm_memory, vllm_kv_cache_gib
+    )
+    if reader.tokenizer.get_vocab() != policy_tokenizer.get_vocab():
+        raise ValueError(
+            f"the reader model {name} has another tokenizer than the policy {policy_name}: "
+            "a reader must share the policy's vocabulary"
+        )
+    return reader
+
+
 def episode_row(task: Task, episode: Episode, wall_s: float) -> dict[str, Any]:
     """An eval row for one episode in the scaffold (see the module docstring for the fields)."""
     row = base_row(task, None if episode.reward is None else episode.reward.to_dict(), episode.answer)
@@ -385,15 +410,10 @@ class RLMPolicy:
         self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
         self.service: GenerationService = self.engine.service
         if reader_model is not None:
-            reader = load_model_engine(
-                reader_model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
-            )
-            # the engine writes each llm() prompt in the policy's tokens and reads the reply back with them
-            if reader.tokenizer.get_vocab() != self.tokenizer.get_vocab():
-                raise ValueError(
-                    f"the reader model {reader_model} has another tokenizer than the policy {model}: "
-                    "a reader must share the policy's vocabulary"
-                )
+            reader = load_reader_engine(
+                reader_model, model, self.tokenizer, dtype, device, generation_mode, window, vllm_memory,
+                vllm_kv_cache_gib,
+            )  # fmt: skip
             self.service = RoutedService(self.engine.service, reader.service, base_adapter=True)
         self.chat = ChatFormat(self.tokenizer)
         self.context_tokens = context_tokens or context_window(model, self.model)

@@ -117,9 +117,13 @@ class RolloutSection:
     # (reproducible samples with HF generate: exact resume, ranks that agree). auto: continuous with vLLM,
     # turns with HF generate
     batching: str = "auto"
-    sub_lm: str = "policy"  # policy | base (adapters off) | expert (simulated reader) | openai | none
+    # policy | base (adapters off) | model (a second model, frozen: a reader trained apart) | expert (simulated
+    # reader) | openai | none
+    sub_lm: str = "policy"
     sub_lm_url: str = ""  # openai only: http://host:port/v1
-    sub_lm_model: str = ""
+    sub_lm_model: str = (
+        ""  # openai: the served model's name; model: its name or directory (the policy's vocabulary)
+    )
     sub_max_new_tokens: int = 128
     sub_max_input_tokens: int = 2048
     max_depth: int = 1
@@ -166,12 +170,16 @@ class RolloutSection:
         _one_of("rollout", "batching", self.batching, ("auto", "continuous", "turns"))
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             raise ConfigError("rollout.vllm_gpu_memory_utilization must be in (0, 1)")
-        _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "expert", "openai", "none"))
+        _one_of("rollout", "sub_lm", self.sub_lm, ("policy", "base", "model", "expert", "openai", "none"))
         _one_of("rollout", "lockstep", self.lockstep, ("auto", "on", "off"))
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"rollout.top_p must be in (0, 1]; got {self.top_p}")
         if self.sub_lm == "openai" and not (self.sub_lm_url and self.sub_lm_model):
             raise ConfigError("rollout.sub_lm = 'openai' needs rollout.sub_lm_url and rollout.sub_lm_model")
+        if self.sub_lm == "model" and not self.sub_lm_model:
+            raise ConfigError(
+                "rollout.sub_lm = 'model' needs rollout.sub_lm_model: the reader's name or directory"
+            )
         if not 0 < self.cell_soft_timeout_s < self.cell_hard_timeout_s:
             raise ConfigError("need 0 < rollout.cell_soft_timeout_s < rollout.cell_hard_timeout_s")
         if not 0 <= self.max_depth <= 4:

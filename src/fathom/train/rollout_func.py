@@ -41,7 +41,7 @@ from fathom.env import OpenAISubLM
 from fathom.policies.readers import expert_reader
 from fathom.reward.compose import COMPONENTS
 from fathom.rollout import ChatFormat, Episode, HFBackend, RolloutConfig, Sampling
-from fathom.rollout.service import GenerationService, ServiceStats
+from fathom.rollout.service import GenerationService, RoutedService, ServiceStats
 from fathom.rollout.wiring import build_engine, hf_service, running, vllm_service
 from fathom.sandbox import SandboxConfig
 from fathom.train.config import MAX_OVERSAMPLE, TrainConfig
@@ -143,6 +143,7 @@ class FathomRollout:
         self.chat = ChatFormat(tokenizer, chat=config.model.chat)
         self.stats = StepStats()
         self._backend: HFBackend | None = None
+        self._reader_service: GenerationService | None = None  # rollout.sub_lm = "model", loaded once
         r = config.rollout
         self.engine_config = RolloutConfig(
             max_turns=r.max_turns,
@@ -172,11 +173,31 @@ class FathomRollout:
         r = self.config.rollout
         if r.sub_lm in ("policy", "base"):
             return r.sub_lm
+        if r.sub_lm == "model":
+            return (
+                "base"  # the engine's adapter-off requests, which `RoutedService` sends to the reader model
+            )
         if r.sub_lm == "expert":
             return expert_reader()
         if r.sub_lm == "openai":
             return OpenAISubLM(r.sub_lm_url, r.sub_lm_model, max_tokens=r.sub_max_new_tokens)
         return None
+
+    def reader_service(self, device: Any) -> GenerationService:
+        """The frozen reader of ``rollout.sub_lm = "model"`` (`rollout.sub_lm_model`): HF generate on the
+        trainer's device, loaded on first use; a second vLLM engine beside TRL's is not measured."""
+        if self._reader_service is None:
+            from fathom.eval.policies import load_reader_engine
+
+            r = self.config.rollout
+            engine = load_reader_engine(
+                r.sub_lm_model, self.config.model.name, self.tokenizer, self.config.model.dtype, str(device),
+                "plain", r.sub_max_input_tokens + r.sub_max_new_tokens,
+            )  # fmt: skip
+            engine.model.eval()
+            engine.model.requires_grad_(False)
+            self._reader_service = engine.service
+        return self._reader_service
 
     def run_episodes(
         self, trainer: Any, tasks: Sequence[Any], sampling: Sampling
@@ -201,8 +222,10 @@ class FathomRollout:
             service: GenerationService = hf
             if uses_vllm(trainer):
                 # vLLM holds the merged policy; adapter-off llm() calls (sub_lm = "base") read with HF generate
-                service = vllm_service(trainer.vllm_generation.llm, base=hf if reader == "base" else None)
+                service = vllm_service(trainer.vllm_generation.llm, base=hf if r.sub_lm == "base" else None)
                 sampling = replace(sampling, logprobs=True)
+            if r.sub_lm == "model":
+                service = RoutedService(service, self.reader_service(device), base_adapter=True)
             # Turn-synchronous batches where samples must be reproducible (HF generate; lockstep ranks)
             sync = (
                 r.batching == "turns" or (r.batching == "auto" and not uses_vllm(trainer)) or bool(lockstep)
