@@ -172,6 +172,7 @@ def test_a_reader_trained_apart_is_asked_for_with_its_settings_and_only_without_
     )
     done = settings(tmp_path / "grpo", PROOF_EVAL_READER="trained")  # GRPO runs by default
     assert done.returncode == 2 and "PROOF_EVAL_READER=trained runs with PROOF_GRPO_RUNS=none" in done.stderr
+    assert "or PROOF_GRPO_READER=trained" in done.stderr
     done = settings(
         tmp_path / "base",
         PROOF_EVAL_READER="all",
@@ -192,4 +193,19 @@ def test_grpo_with_the_untrained_reader_needs_a_lora_sft_and_evaluates_both_read
     line = (tmp_path / "ok" / "progress.log").read_text()
     assert "eval_reader=both; grpo_reader=base;" in line and "lora=1 " in line
     done = settings(tmp_path / "bad", PROOF_GRPO_READER="teacher")
-    assert done.returncode == 2 and "PROOF_GRPO_READER must be own or base" in done.stderr
+    assert done.returncode == 2 and "PROOF_GRPO_READER must be own, base or trained" in done.stderr
+
+
+def test_grpo_with_the_reader_trained_apart_runs_one_grpo_run_and_evaluates_with_that_reader(tmp_path):
+    done = settings(tmp_path, PROOF_GRPO_READER="trained", PROOF_GRPO_RUNS="trained")
+    assert done.returncode == 0, done.stderr
+    line = (tmp_path / "progress.log").read_text()
+    assert "eval_reader=trained (reader sft: ratio 1.5 x1 lr 3e-4); grpo_reader=trained;" in line
+    for runs in ("both", "lr-pair", "none"):
+        done = settings(tmp_path / runs, PROOF_GRPO_READER="trained", PROOF_GRPO_RUNS=runs)
+        assert done.returncode == 2 and "PROOF_GRPO_READER=trained runs one GRPO run" in done.stderr
+    done = settings(
+        tmp_path / "all", PROOF_GRPO_READER="trained", PROOF_GRPO_RUNS="trained", PROOF_EVAL_READER="all"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "eval_reader=all (reader sft" in (tmp_path / "all" / "progress.log").read_text()

@@ -186,14 +186,12 @@ TRAINED_READER=$([[ $EVAL_READER =~ ^(trained|all)$ ]] && echo 1 || echo 0)
 READER_SFT_RATIO=${PROOF_READER_SFT_RATIO:-1.5}
 READER_SFT_EPOCHS=${PROOF_READER_SFT_EPOCHS:-1}
 READER_SFT_LR=${PROOF_READER_SFT_LR:-3e-4}
-if [ "$TRAINED_READER" = 1 ] && [ "$GRPO_RUNS" != none ]; then
-  # the reader's training and its evaluation share the GPU with the SFT evaluation; beside GRPO they are unmeasured
-  echo "PROOF_EVAL_READER=$EVAL_READER runs with PROOF_GRPO_RUNS=none (SFT and its evaluations only)" >&2; exit 2
-fi
 # who reads the policy's llm() calls in GRPO. own: the policy itself (its sub-calls trained or masked, per run);
 # base: the untrained model, frozen (rollout.sub_lm = "base", the 1.5B reference recipe's reader): the SFT
 # adapter is trained further and switched off for each llm() call, so it needs PROOF_SFT_LORA=1; the sub-calls
-# are then not the policy's to train, and the models are evaluated with the untrained reader too
+# are then not the policy's to train, and the models are evaluated with the untrained reader too. trained: the
+# reader trained apart (PROOF_EVAL_READER=trained's), frozen (rollout.sub_lm = "model", HF generate beside TRL's
+# vLLM engine): it is trained before GRPO starts, and the SFT and GRPO models are evaluated with it too
 GRPO_READER=${PROOF_GRPO_READER:-own}
 case $GRPO_READER in
   own) ;;
@@ -202,8 +200,18 @@ case $GRPO_READER in
     [ "$GRPO_RUNS" = both ] && { echo "PROOF_GRPO_READER=base trains no sub-calls: PROOF_GRPO_RUNS=both (trained vs masked) does not apply" >&2; exit 2; }
     [ "$TRAINED_READER" = 1 ] && { echo "PROOF_GRPO_READER=base evaluates with the untrained reader: PROOF_EVAL_READER=$EVAL_READER does not apply" >&2; exit 2; }
     EVAL_READER=both UNTRAINED_READER=1 ;;
-  *) echo "PROOF_GRPO_READER must be own or base" >&2; exit 2 ;;
+  trained)
+    # one GRPO run, which waits for the reader's training (sub-calls are not the policy's: nothing to mask)
+    [ "$GRPO_RUNS" = trained ] || { echo "PROOF_GRPO_READER=trained runs one GRPO run: PROOF_GRPO_RUNS=trained" >&2; exit 2; }
+    [ "$EVAL_READER" = all ] || EVAL_READER=trained
+    TRAINED_READER=1 ;;
+  *) echo "PROOF_GRPO_READER must be own, base or trained" >&2; exit 2 ;;
 esac
+if [ "$TRAINED_READER" = 1 ] && [ "$GRPO_RUNS" != none ] && [ "$GRPO_READER" != trained ]; then
+  # the reader's training and its evaluation share the GPU with the SFT evaluation; beside GRPO runs that do
+  # not wait for it they are unmeasured
+  echo "PROOF_EVAL_READER=$EVAL_READER runs with PROOF_GRPO_RUNS=none or PROOF_GRPO_READER=trained" >&2; exit 2
+fi
 if [ "$SFT_LORA" = 1 ]; then
   SFT_MODEL_ARGS=(--model.lora=true --model.lora_r="$SFT_LORA_R" --model.lora_alpha="$SFT_LORA_ALPHA")
   SFT_MODEL=$D/sft/final/merged
@@ -300,7 +308,9 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
   # PORT: TRL's colocated vLLM opens a torch.distributed store, one port per run on the machine
   export MASTER_PORT=$4
   local init=$SFT_MODEL train_subcalls=$2 sub_lm=policy
+  local reader=()
   if [ "$GRPO_READER" = base ]; then train_subcalls=false sub_lm=base; fi
+  if [ "$GRPO_READER" = trained ]; then train_subcalls=false sub_lm=model reader=(--rollout.sub_lm_model="$D/reader/final/merged"); fi
   if [ "$SFT_LORA" = 1 ]; then
     init=$D/sft/final/adapter
     # after `restore` the SFT adapter is not here (it does not come back): the carried checkpoint's adapter is
@@ -319,7 +329,7 @@ grpo_run() { # DIR TRAIN_SUBCALLS MINUTES PORT [ARGS]: LoRA GRPO on the SFT mode
     --rollout.max_total_tokens="$TOTAL" --rollout.vllm_max_model_len="$TOTAL" --rollout.sub_max_new_tokens=128 \
     --rollout.sub_max_input_tokens="$SUB_INPUT" \
     --rollout.vllm_gpu_memory_utilization="$MEM" --rollout.vllm_kv_cache_gib="$KV_GIB" \
-    --rollout.train_subcalls="$train_subcalls" --rollout.sub_lm="$sub_lm" \
+    --rollout.train_subcalls="$train_subcalls" --rollout.sub_lm="$sub_lm" "${reader[@]}" \
     --run.gpu_memory_fraction="$GRPO_GPU_SHARE" ${5:-} ${GRPO_ARGS:-} \
     > "$D/logs/$1.log" 2>&1
   keep "$D/$1/summary.json" "$D/$1/metrics.jsonl" "$D/$1/config.toml"
@@ -373,18 +383,38 @@ merge_adapter(Path(adapter), base, torch.bfloat16, load_tokenizer(ModelSpec(name
 stage_sft_eval_tr() {
   evaluate rlm-sft-tr rlm "$SFT_MODEL" "rlm (SFT, reader trained apart)" "$EVAL_REP_PENALTY" "$D/reader/final/merged"
 }
-GRPO_LABEL=$([ "$GRPO_READER" = base ] && echo "untrained reader in training" || echo "sub-calls trained")
+case $GRPO_READER in
+  base) GRPO_LABEL="untrained reader in training" ;;
+  trained) GRPO_LABEL="reader trained apart in training" ;;
+  *) GRPO_LABEL="sub-calls trained" ;;
+esac
 stage_final() { evaluate rlm-grpo rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, $GRPO_LABEL)"; }
 stage_final_br() {
   evaluate rlm-grpo-br rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, untrained reader)" "$EVAL_REP_PENALTY" "$MODEL"
 }
+stage_final_tr() {
+  evaluate rlm-grpo-tr rlm "$D/grpo/final/merged" "rlm (SFT+GRPO, reader trained apart)" "$EVAL_REP_PENALTY" \
+    "$D/reader/final/merged"
+}
 final_step() { # STAGE: a GRPO run's evaluation, unless PROOF_GRPO_FINALS=skip leaves it to a later lease
   if [ "$GRPO_FINALS" = skip ]; then log "stage $1 skipped (PROOF_GRPO_FINALS=skip)"; else step "$1"; fi
 }
-finals() { # the trained GRPO run's evaluations: with its own reader and, with PROOF_EVAL_READER=both, the untrained one's
-  if [ "$GRPO_FINALS" = skip ]; then final_step final
-  elif [ "$EVAL_READER" = both ]; then step final_br & local br=$!; step final || { wait "$br"; return 1; }; wait "$br"
-  else step final; fi
+finals() { # the trained GRPO run's evaluations: with its own reader and, with PROOF_EVAL_READER=both, the untrained
+  # one's (PROOF_GRPO_READER=trained: the reader trained apart's)
+  local other=
+  if [ "$GRPO_READER" = trained ]; then other=final_tr; elif [ "$UNTRAINED_READER" = 1 ]; then other=final_br; fi
+  if [ "$GRPO_FINALS" = skip ] || [ -z "$other" ]; then final_step final; return; fi
+  step "$other" & local pid=$!
+  step final || { wait "$pid"; return 1; }
+  wait "$pid"
+}
+reader_then_grpo() { # PROOF_GRPO_READER=trained: the reader first; then its SFT evaluation beside GRPO
+  step reader_sft || return 1
+  step sft_eval_tr & local tr=$!
+  local status=0
+  { step grpo && finals; } || status=1
+  wait "$tr" || status=1
+  return $status
 }
 stage_final_masked() { evaluate rlm-grpo-masked rlm "$D/grpo-masked/final/merged" "rlm (SFT+GRPO, sub-calls masked)"; }
 stage_final_b() { evaluate rlm-grpo-b rlm "$D/grpo-b/final/merged" "rlm (SFT+GRPO, sub-calls trained, lr $GRPO_LR_B)"; }
@@ -522,10 +552,13 @@ stage_pipeline() {
   local sft_eval_br=
   if [ "$UNTRAINED_READER" = 1 ]; then step sft_eval_br & sft_eval_br=$!; fi
   local sft_eval_tr=
-  if [ "$TRAINED_READER" = 1 ]; then { step reader_sft && step sft_eval_tr; } & sft_eval_tr=$!; fi
+  if [ "$TRAINED_READER" = 1 ] && [ "$GRPO_READER" != trained ]; then
+    { step reader_sft && step sft_eval_tr; } & sft_eval_tr=$!
+  fi
   local trained=
-  if [ "$GRPO_RUNS" != none ]; then { step grpo && finals; } & trained=$!
-  else log "stage grpo skipped (PROOF_GRPO_RUNS=none)"; fi
+  if [ "$GRPO_RUNS" = none ]; then log "stage grpo skipped (PROOF_GRPO_RUNS=none)"
+  elif [ "$GRPO_READER" = trained ]; then reader_then_grpo & trained=$!
+  else { step grpo && finals; } & trained=$!; fi
   local second=
   case $GRPO_RUNS in
     both) { step grpo_masked && final_step final_masked; } & second=$! ;;

@@ -39,10 +39,11 @@ POLICIES = (  # (name in the archive, label)
     ("rlm-sft-br", "RLM scaffold, after SFT, its llm() calls read by the untrained model"),
     ("rlm-grpo-br", "RLM scaffold, SFT + GRPO, its llm() calls read by the untrained model"),
     ("rlm-sft-tr", "RLM scaffold, after SFT, its llm() calls read by a reader trained apart"),
+    ("rlm-grpo-tr", "RLM scaffold, SFT + GRPO, its llm() calls read by a reader trained apart"),
 )
 # with PROOF_EVAL_READER=both, each trained model is also evaluated with the untrained model as its reader
-# ("-br"), and the floors are checked for that pair of evaluations as well
-READERS = (("own", ""), ("untrained", "-br"))
+# ("-br"), and with a reader trained apart ("-tr"); the floors are checked for each such pair of evaluations
+READERS = (("own", ""), ("untrained", "-br"), ("trained_apart", "-tr"))
 SPLITS = (("heldout", ""), ("heldout_unseen", "-unseen"))
 COMPARISONS = (
     ("rlm-grpo", "rlm-sft"),
@@ -56,6 +57,8 @@ COMPARISONS = (
     ("rlm-grpo-br", "rlm-sft-br"),
     ("rlm-sft-tr", "rlm-sft"),
     ("rlm-sft-tr", "rlm-sft-br"),
+    ("rlm-grpo-tr", "rlm-sft-tr"),
+    ("rlm-grpo-tr", "rlm-grpo"),
 )
 
 
@@ -140,7 +143,8 @@ def floors(
     found: dict[str, dict[str, dict[str, Any]]], tests: list[dict[str, Any]], reader: str = ""
 ) -> dict[str, Any]:
     """The issue's floors, each with the measured value and whether it is met (None: not measured).
-    `reader`: "" for the trained models reading their own llm() calls, "-br" for the untrained reader's."""
+    `reader`: "" for the trained models reading their own llm() calls, "-br" for the untrained reader's, "-tr"
+    for the reader trained apart's."""
 
     def acc(name: str | None, split: str) -> float | None:
         d = found.get(name or "", {}).get(split)
