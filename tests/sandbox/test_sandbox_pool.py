@@ -97,6 +97,9 @@ def test_close_kills_idle_busy_and_finished_workers_and_removes_dirs() -> None:
         await pool.wait_ready()
         sandboxes = [await pool.start(None, ctx_text=str(i)) for i in range(3)]
         busy = asyncio.create_task(sandboxes[0].execute("while True:\n    pass"))
+        await (
+            pool.wait_ready()
+        )  # the three refills are idle workers too (on a loaded machine they take a while)
         await asyncio.sleep(0.1)
         pids = [p for s in sandboxes for p in s.processes] + [p for w in pool._ready for p in w.pids]
         launcher = pool._launcher

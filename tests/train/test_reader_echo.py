@@ -70,7 +70,7 @@ def test_no_echoed_reply_is_a_reader_row_and_the_echoes_are_counted(echoed):
     plain = {(c["prompt"], c["chunk"], c["reply"]) for c in calls if not c["echo"]}
     assert len(rows) == len(plain)  # reader_ratio 100 wants more rows than there are calls: all plain ones
     assert not {c["reply"] for c in calls if c["echo"]} & set(replies)
-    assert reader_echoes(run_dir) == len(echoes) > 0
+    assert reader_echoes(cfg, run_dir) == len(echoes) > 0
 
 
 def test_the_echo_share_is_validated(tmp_path):
