@@ -299,7 +299,18 @@ def test_bring_packs_the_sft_adapter_where_no_grpo_ran_and_restore_puts_it_where
         f'#!/usr/bin/env bash\nmkdir -p "{fresh}/data" && cp "{run_dir}"/data/*.jsonl "{fresh}/data/"\n'
     )
     fathom.chmod(0o755)
-    done = run(tree / "scripts/gpu/proof.sh", "restore", env=proof_env(fresh, PY=str(fathom)), cwd=tree)
+    # what made the adapter must match; the GRPO that is yet to start from it may differ (here its rate)
+    other_sft = run(
+        tree / "scripts/gpu/proof.sh",
+        "restore",
+        env=proof_env(tmp_path / "run3", PROOF_SFT_LORA_R="32"),
+        cwd=tree,
+    )
+    assert other_sft.returncode == 1 and "not the carried run's" in other_sft.stderr
+    env = proof_env(fresh, PY=str(fathom), GRPO_LR="3e-5")
+    done = run(tree / "scripts/gpu/proof.sh", "restore", env=env, cwd=tree)
     assert done.returncode == 0, done.stderr
     assert (fresh / "sft" / "final" / "adapter" / "adapter_model.safetensors").read_bytes() == adapter
     assert {p.name for p in (fresh / "done").iterdir()} == {"data", "baselines", "sft", "sft_eval"}
+    record = (fresh / "settings.record").read_text()
+    assert "lr 3e-5 seed" in record and "sft_lora_r=64" in record  # the GRPO to come is recorded as asked
