@@ -121,9 +121,8 @@ class RolloutSection:
     # reader) | openai | none
     sub_lm: str = "policy"
     sub_lm_url: str = ""  # openai only: http://host:port/v1
-    sub_lm_model: str = (
-        ""  # openai: the served model's name; model: its name or directory (the policy's vocabulary)
-    )
+    # openai: the served model's name; model: the reader's name or directory (with the policy's vocabulary)
+    sub_lm_model: str = ""
     sub_max_new_tokens: int = 128
     sub_max_input_tokens: int = 2048
     max_depth: int = 1

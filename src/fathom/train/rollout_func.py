@@ -173,10 +173,8 @@ class FathomRollout:
         r = self.config.rollout
         if r.sub_lm in ("policy", "base"):
             return r.sub_lm
-        if r.sub_lm == "model":
-            return (
-                "base"  # the engine's adapter-off requests, which `RoutedService` sends to the reader model
-            )
+        if r.sub_lm == "model":  # the engine asks adapter-off; `RoutedService` sends that to the reader model
+            return "base"
         if r.sub_lm == "expert":
             return expert_reader()
         if r.sub_lm == "openai":
