@@ -41,7 +41,7 @@ def main() -> None:
     config = load_config(
         "configs/smollm2-135m-gpu.toml",
         [
-            f"--model.name={args.tokenizer}", f"--sft.num_tasks={args.tasks}", "--sft.source=teacher",
+            f"--model.name={args.tokenizer}", f"--sft.num_tasks={args.tasks}", "--sft.source=teacher", "--sft.max_turns=10",
             "--sft.reader_echo=0.25", f"--curriculum.tiers={TIERS}", "--eval.tier=0", "--sft.max_length=8192",
             "--rollout.sub_max_input_tokens=4096", "--rollout.max_turns=10", "--rollout.max_new_tokens=384",
             "--rollout.max_total_tokens=8192", "--logging.progress=false",
