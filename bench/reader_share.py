@@ -5,7 +5,7 @@
 Plays the teacher on `--tasks` SFT tasks of the GPU proof's tiers (8K-128K, every difficulty; reader view
 4,096 tokens, 10 turns of 384 tokens, as `scripts/gpu/proof.sh` sets them), then builds the rows `fathom sft`
 would train on with SFT's own functions (`fathom.train.sft.trainable` and `to_example` for the transcripts,
-`fathom.train.reader_sft.stratified` for the reader rows, `--ratio` per transcript). HF's Trainer averages the
+`fathom.train.reader_sft.draw_calls` for the reader rows, `--ratio` per transcript). HF's Trainer averages the
 loss over an optimizer step's loss tokens, so a kind's share of the loss tokens is its share of what a mixed
 step minimises. Prints the reply tokens per reader-row kind and the shares. `tiny-qwen` carries the real
 Qwen2.5 tokenizer (the GPU proof's student's).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 from collections import defaultdict
 
@@ -25,7 +24,7 @@ from fathom.models import load_tokenizer
 from fathom.models.loading import ModelSpec
 from fathom.rollout import ChatFormat
 from fathom.train.configfile import load_config
-from fathom.train.reader_sft import call_kind, reply_ids, stratified
+from fathom.train.reader_sft import call_kind, draw_calls, reply_ids
 from fathom.train.sft import to_example, trainable
 from fathom.train.sft_collect import collect_transcripts, sft_tasks
 
@@ -52,9 +51,11 @@ def main() -> None:
     records = collect_transcripts(config, chat.tokenizer, sft_tasks(config), calls)
     usable, _ = trainable(records, config)
     transcript_tokens = sum(sum(to_example(r)["assistant_masks"]) for r in usable)
-    distinct = list({(c["prompt"], c["chunk"], c["reply"]): c for c in calls if not c.get("echo")}.values())
-    fitting = [c for c in distinct if len(reply_ids(chat, c["reply"])) <= config.rollout.sub_max_new_tokens]
-    picked = stratified(fitting, round(args.ratio * len(usable)), random.Random(config.sft.seed))
+    plain = [c for c in calls if not c.get("echo")]  # as `fathom.train.sft.reader_rows` reads them
+    distinct = {(c["prompt"], c["chunk"], c["reply"]) for c in plain}
+    picked, _ = draw_calls(
+        chat, plain, config.rollout.sub_max_new_tokens, round(args.ratio * len(usable)), config.sft.seed
+    )
     tokens: dict[str, list[int]] = defaultdict(list)
     for c in picked:
         tokens[call_kind(c)].append(len(reply_ids(chat, c["reply"])))

@@ -96,6 +96,17 @@ def stratified(calls: list[dict[str, Any]], n: int, rng: random.Random) -> list[
     return [c for k in READER_MIX for c in pools[k][: take[k]]]
 
 
+def draw_calls(
+    chat: ChatFormat, calls: list[dict[str, Any]], max_reply_tokens: int, n: int, seed: int
+) -> tuple[list[dict[str, Any]], int]:
+    """`n` calls drawn without replacement (all of them if there are fewer) from the distinct calls whose
+    reply fits `max_reply_tokens`, stratified by kind (`stratified`), and the number of distinct calls left
+    out for being longer."""
+    unique = list({(c["prompt"], c["chunk"], c["reply"]): c for c in calls}.values())
+    fitting = [c for c in unique if len(reply_ids(chat, c["reply"])) <= max_reply_tokens]
+    return stratified(fitting, n, random.Random(seed)), len(unique) - len(fitting)
+
+
 def reader_examples(
     chat: ChatFormat,
     calls: list[dict[str, Any]],
@@ -104,10 +115,6 @@ def reader_examples(
     n: int,
     seed: int,
 ) -> tuple[list[dict[str, list[int]]], int]:
-    """`n` examples drawn without replacement (all of them if there are fewer) from the distinct calls whose
-    reply fits `max_reply_tokens`, stratified by kind (`stratified`), and the number of distinct calls left
-    out for being longer."""
-    unique = list({(c["prompt"], c["chunk"], c["reply"]): c for c in calls}.values())
-    fitting = [c for c in unique if len(reply_ids(chat, c["reply"])) <= max_reply_tokens]
-    picked = stratified(fitting, n, random.Random(seed))
-    return [reader_example(chat, c, max_input_tokens) for c in picked], len(unique) - len(fitting)
+    """The SFT rows of `draw_calls`' calls, and the number of distinct calls left out for being longer."""
+    picked, over = draw_calls(chat, calls, max_reply_tokens, n, seed)
+    return [reader_example(chat, c, max_input_tokens) for c in picked], over
