@@ -196,23 +196,11 @@ def load_model_engine(
     return ModelEngine(model, tokenizer, backend, hf_service(backend, model))
 
 
-def load_reader_engine(
-    name: str,
-    policy_name: str,
-    policy_tokenizer: Any,
-    dtype: str,
-    device: str | None,
-    generation_mode: str,
-    context_tokens: int,
-    vllm_memory: float = 0.3,
-    vllm_kv_cache_gib: float = 0.0,
+def check_reader_vocabulary(
+    reader: ModelEngine, name: str, policy_tokenizer: Any, policy_name: str
 ) -> ModelEngine:
-    """A second model that answers a policy's `llm()` calls (`load_model_engine`), checked to share the
-    policy's vocabulary: the engine writes each call's prompt in the policy's tokens and reads the reply back
-    with them."""
-    reader = load_model_engine(
-        name, dtype, device, generation_mode, context_tokens, vllm_memory, vllm_kv_cache_gib
-    )
+    """`reader` (a second model that answers a policy's `llm()` calls), once it is known to share the policy's
+    vocabulary: the engine writes each call's prompt in the policy's tokens and reads the reply back with them."""
     if reader.tokenizer.get_vocab() != policy_tokenizer.get_vocab():
         raise ValueError(
             f"the reader model {name} has another tokenizer than the policy {policy_name}: "
@@ -410,9 +398,11 @@ class RLMPolicy:
         self.model, self.tokenizer = self.engine.model, self.engine.tokenizer
         self.service: GenerationService = self.engine.service
         if reader_model is not None:
-            reader = load_reader_engine(
-                reader_model, model, self.tokenizer, dtype, device, generation_mode, window, vllm_memory,
-                vllm_kv_cache_gib,
+            reader = check_reader_vocabulary(
+                load_model_engine(
+                    reader_model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
+                ),
+                reader_model, self.tokenizer, model,
             )  # fmt: skip
             self.service = RoutedService(self.engine.service, reader.service, base_adapter=True)
         self.chat = ChatFormat(self.tokenizer)

@@ -185,12 +185,13 @@ class FathomRollout:
         """The frozen reader of ``rollout.sub_lm = "model"`` (`rollout.sub_lm_model`): HF generate on the
         trainer's device, loaded on first use; a second vLLM engine beside TRL's is not measured."""
         if self._reader_service is None:
-            from fathom.eval.policies import load_reader_engine
+            from fathom.eval.policies import check_reader_vocabulary, load_model_engine
 
-            r = self.config.rollout
-            engine = load_reader_engine(
-                r.sub_lm_model, self.config.model.name, self.tokenizer, self.config.model.dtype, str(device),
-                "plain", r.sub_max_input_tokens + r.sub_max_new_tokens,
+            r, m = self.config.rollout, self.config.model
+            context = r.sub_max_input_tokens + r.sub_max_new_tokens
+            engine = check_reader_vocabulary(
+                load_model_engine(r.sub_lm_model, m.dtype, str(device), "plain", context),
+                r.sub_lm_model, self.tokenizer, m.name,
             )  # fmt: skip
             engine.model.eval()
             engine.model.requires_grad_(False)
