@@ -272,6 +272,14 @@ def test_a_run_directory_refuses_to_begin_again_with_other_settings(tmp_path):
     other = run(ROOT / "scripts/gpu/proof.sh", "settings", env=proof_env(run_dir))
     assert other.returncode == 1 and "ran with other settings" in other.stderr
     assert "sft_lora_r=64" in other.stderr and (run_dir / "settings.record").read_text() == record
+    # GRPO has run here (fake_run's checkpoints): another GRPO rate is refused as well
+    other_grpo = run(
+        ROOT / "scripts/gpu/proof.sh",
+        "settings",
+        env=proof_env(run_dir, PROOF_SFT_LORA_R="32", GRPO_LR="4e-5"),
+    )
+    assert other_grpo.returncode == 1 and "lr 4e-5" in other_grpo.stderr
+    assert (run_dir / "settings.record").read_text() == record
 
 
 def test_bring_packs_the_sft_adapter_where_no_grpo_ran_and_restore_puts_it_where_grpo_starts(tmp_path):
@@ -314,3 +322,19 @@ def test_bring_packs_the_sft_adapter_where_no_grpo_ran_and_restore_puts_it_where
     assert {p.name for p in (fresh / "done").iterdir()} == {"data", "baselines", "sft", "sft_eval"}
     record = (fresh / "settings.record").read_text()
     assert "lr 3e-5 seed" in record and "sft_lora_r=64" in record  # the GRPO to come is recorded as asked
+    # until a GRPO stage begins, `start` may still change the GRPO settings (the rehearsal's trap: restore
+    # without them, then start with them); the SFT settings stay bound
+    later = run(
+        tree / "scripts/gpu/proof.sh", "settings", env={**env, "GRPO_ARGS": "--checkpoint.save_every=1"}
+    )
+    assert later.returncode == 0, later.stderr
+    assert "grpo_args=--checkpoint.save_every=1" in (fresh / "settings.record").read_text().splitlines()
+    assert "no GRPO has begun here" in (fresh / "progress.log").read_text()
+    other_sft = run(tree / "scripts/gpu/proof.sh", "settings", env={**env, "PROOF_SFT_LORA_R": "32"})
+    assert other_sft.returncode == 1 and "ran with other settings" in other_sft.stderr
+    # once GRPO has begun (its metrics exist), its settings are bound too
+    (fresh / "grpo").mkdir()
+    (fresh / "grpo" / "metrics.jsonl").write_text('{"step": 1}\n')
+    begun = run(tree / "scripts/gpu/proof.sh", "settings", env={**env, "GRPO_LR": "4e-5"})
+    assert begun.returncode == 1 and "ran with other settings" in begun.stderr
+    assert "lr 3e-5 seed" in (fresh / "settings.record").read_text()

@@ -269,11 +269,22 @@ stage_settings() { # what this run resolved, into the progress log
   # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
   # environment; a run directory keeps the settings it began with (its done stages were made with them)
   settings_record > "$D/settings.new"
-  if [ -f "$D/settings.record" ] && ! diff "$D/settings.record" "$D/settings.new" >&2; then
-    rm -f "$D/settings.new"
-    die "$D ran with other settings (<) than these (>): use a fresh PROOF_DIR, or the run's own PROOF_* settings"
+  if [ -f "$D/settings.record" ] && ! cmp -s "$D/settings.record" "$D/settings.new"; then
+    # the GRPO lines bind only GRPO's own stages: until one of them has begun, they are this start's to set
+    if grpo_not_begun && diff <(grep -v ^grpo "$D/settings.record") <(grep -v ^grpo "$D/settings.new") > /dev/null; then
+      log "settings: no GRPO has begun here, so its settings are this start's: $(grep ^grpo "$D/settings.new" | tr '\n' ';')"
+    else
+      diff "$D/settings.record" "$D/settings.new" >&2 || true
+      rm -f "$D/settings.new"
+      die "$D ran with other settings (<) than these (>): use a fresh PROOF_DIR, or the run's own PROOF_* settings"
+    fi
   fi
   mv "$D/settings.new" "$D/settings.record"
+}
+grpo_not_begun() { # no GRPO stage done or begun in $D: no done mark, no checkpoint, no metrics
+  local r
+  for r in grpo grpo_masked grpo_b final final_br final_tr final_masked final_b; do [ ! -f "$D/done/$r" ] || return 1; done
+  for r in grpo grpo-masked grpo-b; do [ ! -e "$D/$r/metrics.jsonl" ] && [ -z "$(newest_checkpoint "$D/$r")" ] || return 1; done
 }
 stage_model() { # the student's weights, built once before stages load them side by side
   if [ -n "$QWEN_SIZE" ] && [ -d /root/qparts ]; then bash scripts/gpu/stage_qwen.sh join "$QWEN_SIZE"; fi
