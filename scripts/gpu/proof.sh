@@ -268,18 +268,23 @@ stage_settings() { # what this run resolved, into the progress log
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
   # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
   # environment; a run directory keeps the settings it began with (its done stages were made with them)
-  settings_record > "$D/settings.new"
-  if [ -f "$D/settings.record" ] && ! cmp -s "$D/settings.record" "$D/settings.new"; then
+  if [ -f "$D/settings.record" ]; then
     # the GRPO lines bind only GRPO's own stages: until one of them has begun, they are this start's to set
-    if grpo_not_begun && diff <(grep -v ^grpo "$D/settings.record") <(grep -v ^grpo "$D/settings.new") > /dev/null; then
-      log "settings: no GRPO has begun here, so its settings are this start's: $(grep ^grpo "$D/settings.new" | tr '\n' ';')"
-    else
-      diff "$D/settings.record" "$D/settings.new" >&2 || true
-      rm -f "$D/settings.new"
-      die "$D ran with other settings (<) than these (>): use a fresh PROOF_DIR, or the run's own PROOF_* settings"
+    local grpo_bound=1
+    if grpo_not_begun; then grpo_bound=0; fi
+    settings_agree "$D/settings.record" "$grpo_bound" >&2 \
+      || die "$D ran with other settings (>) than these (<): use a fresh PROOF_DIR, or the run's own PROOF_* settings"
+    if ! cmp -s <(settings_record) "$D/settings.record"; then
+      log "settings: no GRPO has begun here, so its settings are this start's: $(settings_record | grep ^grpo | tr '\n' ';')"
     fi
   fi
-  mv "$D/settings.new" "$D/settings.record"
+  settings_record > "$D/settings.record"
+}
+settings_agree() { # RECORDED GRPO_BOUND: this start's settings match the file RECORDED (the GRPO lines too with
+  # GRPO_BOUND=1); where they differ, it prints the diff (<: these, >: RECORDED)
+  local only=cat
+  [ "$2" = 1 ] || only="grep -v ^grpo"
+  diff <(settings_record | $only) <($only < "$1")
 }
 grpo_not_begun() { # no GRPO stage done or begun in $D: no done mark, no checkpoint, no metrics
   local r
@@ -520,13 +525,12 @@ stage_restore() { # this call's carried pieces (.cb*/); once all are here: join,
   done
   bash scripts/gpu/carry_pieces.sh join "$in" "$in/carry.tgz"
   # a carried SFT adapter alone (no GRPO ran) binds what made it, not the GRPO that is yet to start from it
-  local only=cat
-  if [ "$(tar -xzOf "$in/carry.tgz" carry-meta/checkpoints)" = sft/final/adapter ]; then only="grep -v ^grpo"; fi
-  if ! diff <(settings_record | $only) <(tar -xzOf "$in/carry.tgz" carry-meta/settings | $only); then
-    die "these settings (<) are not the carried run's (>): run restore and start with the carried run's PROOF_* settings"
-  fi
+  local grpo_bound=1
+  if [ "$(tar -xzOf "$in/carry.tgz" carry-meta/checkpoints)" = sft/final/adapter ]; then grpo_bound=0; fi
+  settings_agree <(tar -xzOf "$in/carry.tgz" carry-meta/settings) "$grpo_bound" \
+    || die "these settings (<) are not the carried run's (>): run restore and start with the carried run's PROOF_* settings"
   tar -xzf "$in/carry.tgz" -C "$D" && rm -f "$in/carry.tgz"
-  if [ "$only" = cat ]; then cp "$D/carry-meta/settings" "$D/settings.record"; else settings_record > "$D/settings.record"; fi
+  settings_record > "$D/settings.record"  # the carried run's, but for the GRPO lines of one that is yet to start
   cat "$D/keep/progress.log" "$D/progress.log" > "$D/progress.log.new" 2>/dev/null || true
   mv "$D/progress.log.new" "$D/progress.log"  # one log across the sessions
   # deterministic (seed 8): the same tasks, which the sha256 below proves
