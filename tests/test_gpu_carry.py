@@ -89,6 +89,31 @@ def test_split_refuses_a_size_that_is_not_a_positive_number(tmp_path):
     assert done.returncode == 1 and "BYTES must be a positive whole number" in done.stderr
 
 
+def test_cap_leaves_room_for_the_files_every_call_sends(tmp_path):
+    """A call's payload is 64 MiB less the tree that travels with it: tracked and untracked files, not ignored ones."""
+    repo = tmp_path / "repo"
+    (repo / "scripts/gpu").mkdir(parents=True)
+    shutil.copy(PIECES, repo / "scripts/gpu/carry_pieces.sh")
+    (repo / ".gitignore").write_text("/.va/\n")
+    (repo / "tracked.bin").write_bytes(blob(300_000))
+    (repo / ".va").mkdir()
+    (repo / ".va/vpart_aa").write_bytes(blob(5_000_000))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", ".gitignore", "tracked.bin", "scripts"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "t"], check=True)
+
+    def cap() -> int:
+        done = run(repo / "scripts/gpu/carry_pieces.sh", "cap", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    sent = 300_000 + len("/.va/\n") + PIECES.stat().st_size
+    assert cap() == 64 * 2**20 - 2 * 2**20 - sent
+    (repo / "notes.txt").write_bytes(blob(1_000))  # untracked, not ignored: it travels too
+    assert cap() == 64 * 2**20 - 2 * 2**20 - sent - 1_000
+
+
 def proof_env(run_dir: Path, out: Path | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROOF_")}
     env.update(PROOF_SCALE="tiny", PROOF_MODEL="tiny-smol", PROOF_DEVICE="cpu", PROOF_DIR=str(run_dir))

@@ -6,12 +6,15 @@
 #                                          DIR/manifest.sha256: the whole file's sha256 first, then each piece's
 #                                          (sha256sum's format, NAME = FILE's name)
 #   carry_pieces.sh missing DIR            the pieces DIR's manifest names that DIR lacks, one a line
+#   carry_pieces.sh cap                    the bytes a call may carry beside the working tree: 64 MiB less the
+#                                          files that travel with every call (tracked, and untracked but not
+#                                          ignored) less a 2 MiB margin for the tree's growth between sessions
 #   carry_pieces.sh join DIR OUT           every piece checked against the manifest, joined in order into OUT,
 #                                          OUT checked against the whole's sha256; a missing or damaged piece
 #                                          is an error that names it, and OUT is not left behind
 # It does not choose the sizes (the callers do) or look inside the file.
 set -euo pipefail
-usage() { echo "usage: carry_pieces.sh split FILE BYTES DIR | missing DIR | join DIR OUT" >&2; exit 2; }
+usage() { echo "usage: carry_pieces.sh split FILE BYTES DIR | missing DIR | join DIR OUT | cap" >&2; exit 2; }
 die() { echo "carry_pieces.sh: $*" >&2; exit 1; }
 manifest() { # DIR: the manifest's path, which must exist
   [ -f "$1/manifest.sha256" ] || die "no manifest.sha256 in $1"
@@ -37,6 +40,11 @@ case ${1:-} in
       (cd "$dir" && sha256sum "$name".[0-9][0-9][0-9]); } > "$dir/manifest.sha256.tmp"
     mv "$dir/manifest.sha256.tmp" "$dir/manifest.sha256"
     echo "$(pieces "$dir" | wc -l) pieces of at most $bytes bytes in $dir" ;;
+  cap)
+    [ $# -eq 1 ] || usage
+    tree=$(cd "$(dirname "$0")/../.." && { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+           du -cb --files0-from=- | tail -n 1 | cut -f 1)
+    echo $(( 64 * 1024 * 1024 - tree - 2 * 1024 * 1024 )) ;;
   missing)
     [ $# -eq 2 ] || usage
     missing "$2" ;;

