@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python bench/reader_swap.py TRACES TASKS --reader MODEL [--tokenizer MODEL]
         [--sub-input-tokens 4096] [--max-turns 10] [--max-new-tokens 128] [--max-chunk-tokens N] [--limit N]
-        [--families F ...] [--only-gold] [--out FILE.json]
+        [--families F ...] [--only-gold] [--sub-system TEXT] [--out FILE.json]
 
     PYTHONPATH=src python bench/reader_swap.py teacher TASKS [--per-family 6] [--max-length 32768] [--reader MODEL]
 
@@ -13,13 +13,14 @@ observation against the recorded one). Each episode is replayed through the real
 sandbox: the policy's turns are the recorded texts, and each `llm()` call is answered with the reply the
 student's own reader gave then, so every cell sees what it saw and the chunks are the student's own. Each call
 (prompt and chunk, cut as the student's reader was shown them) is then put to ``--reader`` with HF generate,
-greedy, as the engine would ask it (`fathom.rollout.engine.sub_prompt_ids`).
+greedy, as the engine would ask it (`fathom.rollout.engine.sub_prompt_ids`), or with ``--sub-system`` as
+the engine would ask it under another system prompt.
 
-Prints one JSON object: per call the chunk's size, whether the chunk holds the gold answer, and whether the
-recorded reply and (with ``--reader``) the new reader's reply hold it or say "not found"; and those counts
-summed, in all and per family. What it measures is a reader on the calls this student made, not an episode:
-after a different reply the student would have written different cells. It runs on CPU (slow for a 1.5B model:
-~40 s a call on 2 cores).
+Prints one JSON object: per call the chunk's size, whether the chunk holds the gold answer, whether the
+recorded reply and (with ``--reader``) the new reader's reply hold it or say "not found", and what the new
+reply would score if the root submitted it as its answer; and those counts summed, in all and per family.
+What it measures is a reader on the calls this student made, not an episode: after a different reply the
+student would have written different cells. It runs on CPU (slow for a 1.5B model: ~40 s a call on 2 cores).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from fathom.env.sublm import SubLMReply, SubLMRequest
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.policies.readers import ReaderView
 from fathom.policies.scripted import ScriptedBackend, turn_of
+from fathom.reward.metrics import score
 from fathom.rollout import ChatFormat, RolloutConfig, Sampling
+from fathom.rollout import engine as engine_module
 from fathom.rollout.engine import sub_prompt_ids
 from fathom.rollout.wiring import build_engine, hf_service
 from fathom.tasks import Task, load_tasks
@@ -133,8 +136,11 @@ def main() -> None:
     parser.add_argument(
         "--only-gold", action="store_true", help="ask --reader only the calls whose chunk holds the answer"
     )
+    parser.add_argument("--sub-system", help="the reader's system prompt (default: the engine's SUB_SYSTEM)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
+    if args.sub_system is not None:  # sub_prompt_ids reads the engine's constant at each call
+        engine_module.SUB_SYSTEM = args.sub_system
 
     tasks = [
         t for t in load_tasks(args.tasks) if args.max_length is None or t.length_tokens <= args.max_length
@@ -181,8 +187,10 @@ def main() -> None:
                     )  # fmt: skip
                 new = chat.turn_text(out[0, len(ids) :].tolist()).strip()
                 call.update(
-                    new_holds_gold=holds(new, gold), new_not_found=bool(NOT_FOUND.search(new)), new=new[:300]
-                )
+                    new_holds_gold=holds(new, gold), new_not_found=bool(NOT_FOUND.search(new)),
+                    new_as_answer=score(task.metric, new, task.answer),  # the reply submitted as it is
+                    new=new[:300],
+                )  # fmt: skip
             calls.append(call)
             print(json.dumps(call), flush=True)
     keys = [k for k in ("chunk_holds_gold", "old_holds_gold", "new_holds_gold", "old_not_found", "new_not_found")
@@ -190,11 +198,13 @@ def main() -> None:
     with_gold = [c for c in calls if c["chunk_holds_gold"]]
     families = sorted({by_id[r["trace"]["task_id"]].family for r in rows})
     summary = {
-        "reader": args.reader, "traces": args.traces, "episodes": len(rows),
+        "reader": args.reader, "sub_system": engine_module.SUB_SYSTEM, "traces": args.traces, "episodes": len(rows),
         "episodes_replayed_unfaithfully": unfaithful, "calls": len(calls),
         "asked_the_reader": sum("new" in c for c in calls),  # all calls, or with --only-gold those with gold
         **{k: sum(c.get(k, False) for c in calls) for k in keys},
         "of_calls_whose_chunk_holds_gold": {k: sum(c.get(k, False) for c in with_gold) for k in keys[1:]},
+        # what the new reader's replies would score if the root submitted each as it is (a full score counts)
+        "new_as_answer_full": sum(c.get("new_as_answer", 0.0) == 1.0 for c in calls),
         "by_family": {
             f: {
                 "episodes": sum(by_id[r["trace"]["task_id"]].family == f for r in rows),

@@ -203,7 +203,8 @@ def main() -> int:
         task_file = Path(tmp) / "tasks.jsonl"
         write_tasks(task_file, tasks)
         print(f"documents: {[t.length_chars for t in tasks]} chars", file=sys.stderr)
-        servers = [Server(n, c, task_file, 2 * max(levels), args.pool)
+        most = max(levels + reset_levels)  # every client's session fits under the cap
+        servers = [Server(n, c, task_file, 2 * most, args.pool)
                    for n, c in (("baseline", args.baseline.resolve()), ("this", REPO))]  # fmt: skip
         try:
             ids = [t.id for t in tasks]

@@ -67,7 +67,10 @@ def test_only_gold_asks_the_second_reader_only_where_the_chunk_holds_the_answer(
         "tiny-qwen",
     ]
     argv += ["--max-new-tokens", "4", "--only-gold", "--families", "glossary_lookup", "--out", str(out)]
+    argv += ["--sub-system", "Reply with the headword alone."]
     monkeypatch.setattr(sys, "argv", argv)
+    # the flag sets the engine's constant; monkeypatch puts the original back after the test
+    monkeypatch.setattr(reader_swap.engine_module, "SUB_SYSTEM", reader_swap.engine_module.SUB_SYSTEM)
     reader_swap.main()
     result = json.loads(out.read_text())
     calls = result["calls"]
@@ -77,3 +80,9 @@ def test_only_gold_asks_the_second_reader_only_where_the_chunk_holds_the_answer(
     assert asked == [c for c in calls if c["chunk_holds_gold"]]
     assert result["summary"]["asked_the_reader"] == len(asked) > 0
     assert len(asked) < len(calls), "some chunk without the answer should have been left unasked"
+    assert result["summary"]["sub_system"] == "Reply with the headword alone."
+    by_id = {t.id: t for t in tasks}
+    for c in asked:  # each reply scored as the root's answer, with the task's own metric
+        task = by_id[c["task"]]
+        assert c["new_as_answer"] == reader_swap.score(task.metric, c["new"], task.answer)
+    assert result["summary"]["new_as_answer_full"] == sum(c["new_as_answer"] == 1.0 for c in asked)
