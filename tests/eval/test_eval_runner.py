@@ -249,3 +249,36 @@ def test_a_reader_model_answers_the_llm_calls_and_is_recorded(tmp_path):
     assert json.loads((out / "summary.json").read_text())["reader_model"] == "tiny-smol"
     with pytest.raises(SystemExit, match="--reader-model is for --policy rlm"):
         main([*argv[:2], "direct", *argv[3:]])
+
+
+def test_a_reader_model_answers_the_teachers_llm_calls(tmp_path):
+    from fathom.eval.policies import TeacherPolicy
+    from fathom.tasks import generate_task
+
+    tasks = [generate_task(f, 51 + i, 8192, "medium") for i, f in enumerate(("multikey", "babi"))]
+    solver = TeacherPolicy().run(tasks)
+    policy = TeacherPolicy(reader_model="tiny-smol", device="cpu")
+    assert (
+        policy.describe()["reader_model"] == "tiny-smol"
+        and TeacherPolicy().describe()["reader_model"] is None
+    )
+    rows = policy.run(tasks)
+    replies = [s["reply"] for r in rows for t in r["trace"]["turns"] for s in t["subcalls"]]
+    # every llm() call went to the model, none to the solver: its request count is the calls made
+    assert replies and policy.reader.service.stats.requests == len(replies) == sum(
+        r["llm_calls"] for r in rows
+    )
+    solved = [s["reply"] for r in solver for t in r["trace"]["turns"] for s in t["subcalls"]]
+    assert solved and solved[0] not in replies  # the solver's first reply is not what the model wrote
+    assert all(r["correct"] for r in solver)  # the solver's reader solves these; tiny-smol's replies do not
+    assert not any(r["correct"] for r in rows)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        TeacherPolicy(reader_model="tiny-qwen", device="cpu")  # the teacher's ids are tiny-smol's
+    out = tmp_path / "teacher-br"
+    path = tmp_path / "tasks.jsonl"
+    write_tasks(path, tasks[:1])
+    argv = ["eval", "--policy", "teacher", "--reader-model", "tiny-smol", "--tasks", str(path), "--out", str(out),
+            "--no-progress", "--device", "cpu"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reader_model"] == "tiny-smol" and summary["label"] == "teacher:tiny-smol reads"

@@ -10,6 +10,8 @@
                 --tasks data/heldout.jsonl --out runs/x/eval/rlm-trained
     fathom eval --policy rlm --model runs/x/final/merged --reader-model smollm2-135m \\
                 --tasks data/heldout.jsonl --out runs/x/eval/rlm-br   # the untrained model reads llm() calls
+    fathom eval --policy teacher --reader-model qwen2.5-coder-1.5b --tasks data/heldout_unseen.jsonl \\
+                --out runs/x/eval/teacher-br-unseen   # the teacher's moves, a model reading its llm() calls
 
 Rerunning the same command after an interruption continues where it stopped. This module parses
 arguments, builds the policy and prints the summary table; the loop is `fathom.eval.runner`.
@@ -34,17 +36,23 @@ def build_policy(args: argparse.Namespace) -> Any:
     from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy, TeacherPolicy
     from fathom.rollout import Sampling
 
-    if args.reader_model and args.policy != "rlm":
+    if args.reader_model and args.policy not in ("rlm", "teacher"):
         raise SystemExit(
-            "fathom eval: error: --reader-model is for --policy rlm (who answers its llm() calls)"
+            "fathom eval: error: --reader-model is for --policy rlm or teacher (who answers their llm() calls)"
         )
     if args.policy == "expert":
         return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     if args.policy == "teacher":
         return TeacherPolicy(
-            tokenizer_name=args.model or "tiny-smol",
+            tokenizer_name=args.model or args.reader_model or "tiny-smol",
             max_turns=args.max_turns or 12,
             **({"sub_max_input_tokens": args.sub_max_input_tokens} if args.sub_max_input_tokens else {}),
+            reader_model=args.reader_model,
+            dtype=args.dtype,
+            device=args.device,
+            generation_mode=args.generation_mode,
+            vllm_memory=args.vllm_memory,
+            vllm_kv_cache_gib=args.vllm_kv_cache_gib,
         )
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
@@ -158,8 +166,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--reader-model",
-        help="rlm only: a second model (same tokenizer) answers the policy's llm() calls, e.g. the untrained "
-        "model beside its fine-tune (default: the policy reads its own calls)",
+        help="a second model (same tokenizer) answers the policy's llm() calls: for rlm, e.g. the untrained "
+        "model beside its fine-tune (default: the policy reads its own calls); for teacher, in place of the "
+        "task layer's solver (its tokenizer is the reader's unless --model names one)",
     )
     p.add_argument("--label", help="name in tables and plots (default policy:model)")
     p.add_argument(

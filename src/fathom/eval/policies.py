@@ -272,7 +272,11 @@ class ExpertPolicy:
 
 
 class TeacherPolicy:
-    """The teacher in the scaffold: any task (it needs no family); `tokenizer_name` only makes ids."""
+    """The teacher in the scaffold: any task (it needs no family); `tokenizer_name` only makes ids.
+
+    Its `llm()` calls are read by `teacher_reader` (the task layer's solver, shown what a student's reader
+    would be), or with ``reader_model`` by that model, asked greedily as the engine asks a student's reader:
+    what the teacher's own moves are worth with a reader no better than the student's."""
 
     def __init__(
         self,
@@ -280,21 +284,52 @@ class TeacherPolicy:
         max_turns: int = 12,
         seed: int = 0,
         sub_max_input_tokens: int = READER_TOKENS,
+        reader_model: str | None = None,
+        sub_max_new_tokens: int = 128,
+        dtype: str = "float32",
+        device: str | None = None,
+        generation_mode: str = "auto",
+        vllm_memory: float = 0.3,
+        vllm_kv_cache_gib: float = 0.0,
     ) -> None:
-        self.label, self.tokenizer_name = "teacher", tokenizer_name
+        self.label = "teacher" if reader_model is None else f"teacher:{short_name(reader_model)} reads"
+        self.tokenizer_name, self.reader_model = tokenizer_name, reader_model
         self.max_turns, self.seed = max_turns, seed
         self.sub_max_input_tokens = sub_max_input_tokens  # its reader is shown what a student's would be
-        self.chat = ChatFormat(load_tokenizer(ModelSpec(name=tokenizer_name)))
+        self.sub_sampling = Sampling(max_new_tokens=sub_max_new_tokens, temperature=0.0)
+        tokenizer = load_tokenizer(ModelSpec(name=tokenizer_name))
+        self.chat = ChatFormat(tokenizer)
+        self.reader: ModelEngine | None = None
+        if reader_model is not None:
+            window = sub_max_input_tokens + sub_max_new_tokens
+            self.reader = check_reader_vocabulary(
+                load_model_engine(
+                    reader_model, dtype, device, generation_mode, window, vllm_memory, vllm_kv_cache_gib
+                ),
+                reader_model, tokenizer, f"the teacher's tokenizer ({tokenizer_name})",
+            )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        return {"policy": "teacher", "label": self.label, "model": None, "max_turns": self.max_turns}
+        return {
+            "policy": "teacher",
+            "label": self.label,
+            "model": None,
+            "max_turns": self.max_turns,
+            "reader_model": self.reader_model,  # None: the task layer's solver reads its llm() calls
+        }
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
         config = RolloutConfig(
-            max_turns=self.max_turns, max_total_tokens=1 << 20, sub_max_input_tokens=self.sub_max_input_tokens
+            max_turns=self.max_turns,
+            max_total_tokens=1 << 20,
+            sub_max_input_tokens=self.sub_max_input_tokens,
+            sub_sampling=self.sub_sampling,
         )
-        service = hf_service(teacher_backend(self.chat, self.seed))
-        reader = ReaderView(teacher_reader(), self.chat, config.sub_max_input_tokens)
+        teacher = hf_service(teacher_backend(self.chat, self.seed))
+        service: GenerationService = teacher
+        reader: SubLM | str = ReaderView(teacher_reader(), self.chat, config.sub_max_input_tokens)
+        if self.reader is not None:  # "base": RoutedService's second model answers every llm() call
+            service, reader = RoutedService(teacher, self.reader.service, base_adapter=True), "base"
         rows = run_in_scaffold(service, self.chat, config, reader, tasks)
         for row in rows:
             row["grounded"] = check_trace(row["trace"]).ok
