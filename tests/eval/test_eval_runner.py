@@ -279,6 +279,20 @@ def test_a_reader_model_answers_the_teachers_llm_calls(tmp_path):
     write_tasks(path, tasks[:1])
     argv = ["eval", "--policy", "teacher", "--reader-model", "tiny-smol", "--tasks", str(path), "--out", str(out),
             "--no-progress", "--device", "cpu"]  # fmt: skip
-    assert main(argv) == 0
+    assert main([*argv, "--step-timeout", "240"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reader_model"] == "tiny-smol" and summary["label"] == "teacher:tiny-smol reads"
+    assert summary["step_timeout_s"] == 240.0
+
+
+def test_the_step_time_limit_reaches_the_environment(capsys):
+    from fathom.rollout import RolloutConfig
+    from fathom.rollout.wiring import env_config
+
+    assert env_config(RolloutConfig(step_timeout_s=240.0)).step_timeout_s == 240.0
+    assert env_config(RolloutConfig()).step_timeout_s == 60.0  # the environment's own default
+    with pytest.raises(ValueError, match="step_timeout_s must be > 0"):
+        RolloutConfig(step_timeout_s=0)
+    with pytest.raises(SystemExit):
+        main(["eval", "--policy", "teacher", "--tasks", "t.jsonl", "--out", "o", "--step-timeout", "0"])
+    assert "must be > 0" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fathom.rollout.backends import MODES
+from fathom.server.cli import positive
 
 POLICIES = ("expert", "teacher", "direct", "rlm")
 
@@ -53,6 +54,7 @@ def build_policy(args: argparse.Namespace) -> Any:
             generation_mode=args.generation_mode,
             vllm_memory=args.vllm_memory,
             vllm_kv_cache_gib=args.vllm_kv_cache_gib,
+            step_timeout_s=args.step_timeout,
         )
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
@@ -78,6 +80,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         max_turns=args.max_turns or 6,
         sub_max_input_tokens=args.sub_max_input_tokens,
         reader_model=args.reader_model,
+        step_timeout_s=args.step_timeout,
         **common,
     )
 
@@ -182,6 +185,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-turns", type=int, help="rlm/expert/teacher turn cap (default 6 rlm, 12 expert and teacher)"
     )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument(
+        "--step-timeout",
+        type=positive(float),
+        default=60.0,
+        metavar="S",
+        help="rlm/teacher: wall-clock limit of one turn, its cells and llm() calls together (default 60; "
+        "a model reading llm() calls on a CPU may need more)",
+    )
     p.add_argument(
         "--sub-max-input-tokens",
         type=int,

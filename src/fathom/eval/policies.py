@@ -291,8 +291,10 @@ class TeacherPolicy:
         generation_mode: str = "auto",
         vllm_memory: float = 0.3,
         vllm_kv_cache_gib: float = 0.0,
+        step_timeout_s: float = 60.0,
     ) -> None:
         self.label = "teacher" if reader_model is None else f"teacher:{short_name(reader_model)} reads"
+        self.step_timeout_s = step_timeout_s  # a reader on a CPU may need more than a GPU's 60 s a turn
         self.tokenizer_name, self.reader_model = tokenizer_name, reader_model
         self.max_turns, self.seed = max_turns, seed
         self.sub_max_input_tokens = sub_max_input_tokens  # its reader is shown what a student's would be
@@ -316,6 +318,7 @@ class TeacherPolicy:
             "model": None,
             "max_turns": self.max_turns,
             "reader_model": self.reader_model,  # None: the task layer's solver reads its llm() calls
+            "step_timeout_s": self.step_timeout_s,
         }
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
@@ -324,6 +327,7 @@ class TeacherPolicy:
             max_total_tokens=1 << 20,
             sub_max_input_tokens=self.sub_max_input_tokens,
             sub_sampling=self.sub_sampling,
+            step_timeout_s=self.step_timeout_s,
         )
         teacher = hf_service(teacher_backend(self.chat, self.seed))
         service: GenerationService = teacher
@@ -421,8 +425,10 @@ class RLMPolicy:
         vllm_kv_cache_gib: float = 0.0,
         sub_max_input_tokens: int | None = None,
         reader_model: str | None = None,
+        step_timeout_s: float = 60.0,
     ) -> None:
         self.model_name, self.max_turns, self.reader_model = model, max_turns, reader_model
+        self.step_timeout_s = step_timeout_s
         # what the policy's own reader is shown of an llm() call (None: the window less the reply), as in
         # training (rollout.sub_max_input_tokens); the environment's stated chunk size follows from it
         self.sub_max_input_tokens = sub_max_input_tokens
@@ -463,6 +469,7 @@ class RLMPolicy:
             "max_turns": self.max_turns,
             "sub_max_input_tokens": self._sub_input(),
             "reader_model": self.reader_model,  # None: the policy answers its own llm() calls
+            "step_timeout_s": self.step_timeout_s,
         }
 
     def _sub_input(self) -> int:
@@ -493,6 +500,7 @@ class RLMPolicy:
             sub_sampling=self.sub_sampling,
             sub_max_input_tokens=self._sub_input(),
             context_tokens=self.context_tokens,
+            step_timeout_s=self.step_timeout_s,
         )
         reader = "policy" if self.reader_model is None else "base"  # "base": RoutedService's second model
         return run_in_scaffold(self.service, self.chat, config, reader, tasks)

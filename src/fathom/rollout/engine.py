@@ -54,12 +54,15 @@ class RolloutConfig:
     max_depth: int = 1  # 0: no llm(); 1: llm() is one generation; >= 2: llm() runs a child RLM episode
     context_tokens: int | None = None  # the model's window: no request may outgrow it
     sync_turns: bool = False  # turn-synchronous batches (the old behaviour; for measurement)
+    step_timeout_s: float = 60.0  # one turn's cells and llm() calls together (the environment's limit)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.max_total_tokens < 1:
             raise ValueError("max_turns and max_total_tokens must be >= 1")
         if self.max_depth < 0:
             raise ValueError("max_depth must be >= 0")
+        if not self.step_timeout_s > 0:
+            raise ValueError(f"step_timeout_s must be > 0, got {self.step_timeout_s}")
 
 
 EnvFactory = Callable[[SubLM | None, int], RLMEnvironment]  # (the episode's reader, its depth) -> env

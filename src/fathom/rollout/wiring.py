@@ -32,11 +32,12 @@ def env_config(
     sandbox: SandboxConfig | None = None,
     chunk_chars: int | None = None,
 ) -> EnvConfig:
-    """The environment's side of `rollout`'s budgets: the same turn cap and token budget."""
+    """The environment's side of `rollout`'s budgets: the same turn cap, token budget and step time limit."""
     extra: dict[str, Any] = {} if chunk_chars is None else {"chunk_chars": chunk_chars}
     return EnvConfig(
         max_iterations=rollout.max_turns,
         max_episode_tokens=rollout.max_total_tokens,
+        step_timeout_s=rollout.step_timeout_s,
         max_depth=min(rollout.max_depth, 1),  # deeper recursion runs in the engine, not the environment
         sandbox=sandbox or SandboxConfig(),
         reward=reward or RewardConfig(),
