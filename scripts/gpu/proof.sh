@@ -136,6 +136,10 @@ GRPO_LR=${GRPO_LR:-$LR}
 # eval_direct* and eval_rlm-untrained* files beside this run's keep/ files)
 BASELINES=${PROOF_BASELINES:-run}
 case $BASELINES in run|skip) ;; *) echo "PROOF_BASELINES must be run or skip" >&2; exit 2 ;; esac
+# base: the teacher's own moves with the untrained model reading its llm() calls (teacher-br), beside SFT: what the
+# moves the student imitates are worth with that reader, the ceiling of rlm-sft-br and rlm-grpo-br; none: not run
+TEACHER_READER=${PROOF_TEACHER_READER:-none}
+case $TEACHER_READER in none|base) ;; *) echo "PROOF_TEACHER_READER must be none or base" >&2; exit 2 ;; esac
 GRPO_RUNS=${PROOF_GRPO_RUNS:-both}
 GRPO_LR_B=${GRPO_LR_B:-$(awk "BEGIN { print 2.5 * $GRPO_LR }")}
 case $GRPO_RUNS in
@@ -264,7 +268,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO reader_batches=$SFT_READER_BATCHES;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER$([ "$TRAINED_READER" = 1 ] && echo " (reader sft: ratio $READER_SFT_RATIO x$READER_SFT_EPOCHS lr $READER_SFT_LR)"); grpo_reader=$GRPO_READER;" "baselines=$BASELINES; grpo_finals=$GRPO_FINALS;" \
+    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER$([ "$TRAINED_READER" = 1 ] && echo " (reader sft: ratio $READER_SFT_RATIO x$READER_SFT_EPOCHS lr $READER_SFT_LR)"); grpo_reader=$GRPO_READER;" "baselines=$BASELINES; teacher_reader=$TEACHER_READER; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
   # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
   # environment; a run directory keeps the settings it began with (its done stages were made with them)
@@ -311,6 +315,7 @@ stage_sft() { # full fine-tune (or LoRA) on the teacher's grounded, correct tran
 stage_direct() { evaluate direct direct "$MODEL" "direct, truncated (untrained)"; }
 stage_untrained() { evaluate rlm-untrained rlm "$MODEL" "rlm (untrained)"; }
 stage_baselines() { stage_direct & stage_untrained & wait; }
+stage_teacher_br() { evaluate teacher-br teacher "$MODEL" "teacher, untrained reader" "$EVAL_REP_PENALTY" "$MODEL"; }
 stage_sft_eval() { evaluate rlm-sft rlm "$SFT_MODEL" "rlm (SFT)"; }
 stage_sft_eval_rp() {
   evaluate rlm-sft-rp rlm "$SFT_MODEL" "rlm (SFT, repetition penalty $SFT_EVAL_REP_PENALTY)" "$SFT_EVAL_REP_PENALTY"
@@ -559,6 +564,8 @@ stage_pipeline() {
   local baselines=
   if [ "$BASELINES" = run ]; then step baselines & baselines=$!
   else log "stage baselines skipped (PROOF_BASELINES=skip)"; fi
+  local teacher_br=
+  if [ "$TEACHER_READER" = base ]; then step teacher_br & teacher_br=$!; fi
   step sft || { wait; step pack; return 1; }
   # the SFT model's evaluations load its merged weights; GRPO after `restore` needs only the adapter
   if [ ! -f "$D/done/sft_eval" ] || [ -n "$SFT_EVAL_REP_PENALTY" ] || [ "$UNTRAINED_READER$TRAINED_READER" != 00 ]; then
@@ -583,7 +590,7 @@ stage_pipeline() {
     lr-pair) { step grpo_b && final_step final_b; } & second=$! ;;
   esac
   local status=0
-  for pid in $baselines $sft_eval $sft_eval_rp $sft_eval_br $sft_eval_tr $trained $second; do wait "$pid" || status=1; done
+  for pid in $baselines $teacher_br $sft_eval $sft_eval_rp $sft_eval_br $sft_eval_tr $trained $second; do wait "$pid" || status=1; done
   if [ "$GRPO_RUNS" != none ] && [ "$GRPO_FINALS" = run ]; then step report || status=1; fi
   step pack
   return $status

@@ -29,6 +29,7 @@ from fathom.eval.stats import paired
 
 POLICIES = (  # (name in the archive, label)
     ("teacher", "teacher (scripted, grounded; its own reader)"),
+    ("teacher-br", "teacher (scripted, grounded), its llm() calls read by the untrained model"),
     ("direct", "direct answer, document truncated to 8K (untrained)"),
     ("rlm-untrained", "RLM scaffold, untrained"),
     ("rlm-sft", "RLM scaffold, after SFT"),
@@ -53,6 +54,8 @@ COMPARISONS = (
     ("rlm-grpo-b", "rlm-sft"),
     ("rlm-grpo-b", "rlm-grpo"),
     ("rlm-sft-br", "rlm-sft"),
+    ("rlm-sft-br", "teacher-br"),
+    ("teacher-br", "teacher"),
     ("rlm-grpo-br", "rlm-grpo"),
     ("rlm-grpo-br", "rlm-sft-br"),
     ("rlm-sft-tr", "rlm-sft"),
