@@ -165,3 +165,27 @@ def test_proof_tables_writes_each_policys_rows_with_their_answers_cut(tmp_path, 
     ]
     assert written[0]["answer"] == "x" * 80 and written[1]["answer"] is None
     assert "reward" not in written[0] and written[1]["end_reason"] == "max_iterations"
+
+
+def test_the_teacher_with_the_untrained_reader_is_paired_with_the_student_reading_alike(monkeypatch):
+    proof_tables = load_proof_tables(monkeypatch)
+
+    def evaluated(*correct: bool) -> dict:
+        rows = [{"id": f"t{i}", "correct": c} for i, c in enumerate(correct)]
+        return {"groups": {"all": {"accuracy": sum(correct) / len(correct)}}, "rows": rows}
+
+    found = {
+        "teacher": {"heldout_unseen": evaluated(True, True, True, False)},
+        "teacher-br": {"heldout_unseen": evaluated(True, True, False, False)},
+        "rlm-sft-br": {"heldout_unseen": evaluated(False, True, False, False)},
+    }
+    tests = {(t["a"], t["b"]): t for t in proof_tables.comparisons(found)}
+    assert set(tests) == {("rlm-sft-br", "teacher-br"), ("teacher-br", "teacher")}
+    student = tests["rlm-sft-br", "teacher-br"]
+    assert (student["split"], student["n"], student["only_a"], student["only_b"]) == (
+        "heldout_unseen",
+        4,
+        0,
+        1,
+    )
+    assert student["points"] == -25.0 and tests["teacher-br", "teacher"]["only_b"] == 1
