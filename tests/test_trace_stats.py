@@ -189,3 +189,13 @@ def test_the_teacher_with_the_untrained_reader_is_paired_with_the_student_readin
         1,
     )
     assert student["points"] == -25.0 and tests["teacher-br", "teacher"]["only_b"] == 1
+
+
+def test_a_reply_cycling_through_a_few_items_is_a_loop_and_a_list_of_names_is_not():
+    labels = ["abbreviation", "entity", "description", "human being", "location", "numeric value"]
+    cycling = "\n".join(["entity"] + labels * 3 + labels[:2])  # the untrained reader labelling lines
+    assert trace_stats.looping(cycling)
+    assert trace_stats.looping("x, sync_a, sync_b, sync_a, sync_b, sync_a, sync_b")
+    assert not trace_stats.looping("x, sync_a, sync_b, sync_a, sync_b")  # two repeats: not yet a loop
+    assert not trace_stats.looping("\n".join(labels))  # each label once
+    assert not trace_stats.looping("pack_fox, score_willow, resolve_stork, encode_lily, pack_bramble")

@@ -229,8 +229,8 @@ def main() -> None:
                 f"{kinds.get('NameError', 0)} | {kinds.get('SyntaxError', 0)} | {f['turns_cut_at_token_limit']} | "
                 f"{f['turns_repeating_previous_cell']} | {f['of_them_error_free']} of {f['turns_after_an_error']} |"
             )
-        print("\nThe student's own reader in those episodes (its `llm()` replies):\n")
-        print("| policy | split | replies | at the reply budget | looping on one item | not found |")
+        print("\nThe readers in those episodes (the engine-answered `llm()` replies):\n")
+        print("| policy | split | replies | at the reply budget | looping (an item or a cycle) | not found |")
         print("|---|---|---|---|---|---|")
         for (name, split), f in inside.items():
             print(

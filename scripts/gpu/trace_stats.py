@@ -35,17 +35,33 @@ def error_kind(error: str) -> str:
 
 # the reply budget of a sub-call in the GPU proof (proof.sh: --rollout.sub_max_new_tokens=128)
 SUB_MAX_NEW_TOKENS = 128
-# a looping reply: one item (a line, or a comma-separated entry) at least this often, and half of all items
+# a looping reply: one item (a line, or a comma-separated entry) at least this often, and half of all items;
+# or a block of 2 to LOOP_PERIOD items repeated at least this often at its end (a cycle through a list)
 LOOP_REPEATS = 3
+LOOP_PERIOD = 8
 
 
 def looping(reply: str) -> bool:
-    """A reply that repeats one item, as greedy decoding does when it falls into a loop."""
+    """A reply that repeats one item, or cycles through a few, as greedy decoding does when it falls into a
+    loop (an untrained reader asked to label lines cycles through the labels the prompt lists). It cannot tell
+    a loop from a label list whose lines truly share one label: the trace keeps the chunk's size, not its lines."""
     items = [i.strip() for line in reply.splitlines() for i in line.split(",") if i.strip()]
     if not items:
         return False
     top = Counter(items).most_common(1)[0][1]
-    return top >= LOOP_REPEATS and 2 * top >= len(items)
+    return (top >= LOOP_REPEATS and 2 * top >= len(items)) or any(
+        cycles(items, period) for period in range(2, LOOP_PERIOD + 1)
+    )
+
+
+def cycles(items: list[str], period: int) -> bool:
+    """The items end in a block of `period` distinct items repeated at least LOOP_REPEATS times (the last
+    repeat may be cut short where the reply budget ran out)."""
+    i = len(items) - 1 - period
+    while i >= 0 and items[i] == items[i + period]:
+        i -= 1
+    span = len(items) - 1 - i  # the periodic tail: from i + 1 on, every item equals the one `period` later
+    return span >= period * LOOP_REPEATS and len(set(items[i + 1 : i + 1 + period])) == period
 
 
 def reader_stats(rows: list[dict[str, Any]], budget: int = SUB_MAX_NEW_TOKENS) -> dict[str, int]:
