@@ -7,7 +7,8 @@
 #
 #   scripts/gpu/proof.sh STAGE [STAGE...]   data model sft baselines sft_eval grpo final report pack, or pipeline
 #                                           (settings: what the environment resolves to, into the progress log;
-#                                           sft_merge, reader_sft, sft_eval_br, sft_eval_tr: see PROOF_EVAL_READER)
+#                                           sft_merge, reader_sft, sft_eval_br, sft_eval_tr: see PROOF_EVAL_READER;
+#                                           teacher_br: see PROOF_TEACHER_READER)
 #   scripts/gpu/proof.sh start              the pipeline in its own process session (it outlives the device
 #                                           call; the machine keeps it while calls follow within 30 s)
 #   scripts/gpu/proof.sh wait SECONDS       progress until the pipeline ends or SECONDS pass; when it has
