@@ -1,6 +1,6 @@
 """What `scripts/gpu/proof.sh` resolves from its environment: the GRPO runs it trains side by side, the second
-run's learning rate, the teacher's slips, the evaluations' repetition penalty. Only the `settings` stage runs
-(no data, model or training)."""
+run's learning rate, the teacher's slips, the evaluations' repetition penalty and readers. Only the `settings`
+stage runs (no data, model or training)."""
 
 from __future__ import annotations
 
@@ -209,3 +209,13 @@ def test_grpo_with_the_reader_trained_apart_runs_one_grpo_run_and_evaluates_with
     )
     assert done.returncode == 0, done.stderr
     assert "eval_reader=all (reader sft" in (tmp_path / "all" / "progress.log").read_text()
+
+
+def test_the_teacher_with_the_untrained_reader_is_asked_for_and_logged(tmp_path):
+    assert settings(tmp_path).returncode == 0
+    assert "teacher_reader=none;" in (tmp_path / "progress.log").read_text()
+    done = settings(tmp_path / "base", PROOF_TEACHER_READER="base")
+    assert done.returncode == 0, done.stderr
+    assert "teacher_reader=base;" in (tmp_path / "base" / "progress.log").read_text()
+    done = settings(tmp_path / "bad", PROOF_TEACHER_READER="trained")
+    assert done.returncode == 2 and "PROOF_TEACHER_READER must be none or base" in done.stderr
