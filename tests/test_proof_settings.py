@@ -98,15 +98,28 @@ def test_the_students_reader_is_shown_4096_tokens_when_qwen_and_the_recipes_2048
     assert "sub_input=3072;" in (tmp_path / "set" / "progress.log").read_text()
 
 
-def test_the_baselines_run_unless_an_earlier_runs_stand_in(tmp_path):
+@pytest.mark.parametrize(
+    ("var", "logged", "default", "other", "refusal"),
+    [  # the baselines run unless an earlier run's stand in; the teacher with the untrained reader when asked
+        ("PROOF_BASELINES", "baselines", "run", "skip", "PROOF_BASELINES must be run or skip"),
+        (
+            "PROOF_TEACHER_READER",
+            "teacher_reader",
+            "none",
+            "base",
+            "PROOF_TEACHER_READER must be none or base",
+        ),
+    ],
+)
+def test_a_stage_beside_sft_is_asked_for_logged_and_checked(tmp_path, var, logged, default, other, refusal):
     done = settings(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "baselines=run;" in (tmp_path / "progress.log").read_text()
-    done = settings(tmp_path / "skip", PROOF_BASELINES="skip")
+    assert f"{logged}={default};" in (tmp_path / "progress.log").read_text()
+    done = settings(tmp_path / "other", **{var: other})
     assert done.returncode == 0, done.stderr
-    assert "baselines=skip;" in (tmp_path / "skip" / "progress.log").read_text()
-    done = settings(tmp_path / "bad", PROOF_BASELINES="no")
-    assert done.returncode == 2 and "PROOF_BASELINES must be run or skip" in done.stderr
+    assert f"{logged}={other};" in (tmp_path / "other" / "progress.log").read_text()
+    done = settings(tmp_path / "bad", **{var: "trained"})
+    assert done.returncode == 2 and refusal in done.stderr
 
 
 def test_the_1_5b_student_trains_half_the_sequences_a_micro_batch_at_a_lower_rate(tmp_path):
@@ -209,13 +222,3 @@ def test_grpo_with_the_reader_trained_apart_runs_one_grpo_run_and_evaluates_with
     )
     assert done.returncode == 0, done.stderr
     assert "eval_reader=all (reader sft" in (tmp_path / "all" / "progress.log").read_text()
-
-
-def test_the_teacher_with_the_untrained_reader_is_asked_for_and_logged(tmp_path):
-    assert settings(tmp_path).returncode == 0
-    assert "teacher_reader=none;" in (tmp_path / "progress.log").read_text()
-    done = settings(tmp_path / "base", PROOF_TEACHER_READER="base")
-    assert done.returncode == 0, done.stderr
-    assert "teacher_reader=base;" in (tmp_path / "base" / "progress.log").read_text()
-    done = settings(tmp_path / "bad", PROOF_TEACHER_READER="trained")
-    assert done.returncode == 2 and "PROOF_TEACHER_READER must be none or base" in done.stderr
