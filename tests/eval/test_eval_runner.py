@@ -285,6 +285,35 @@ def test_a_reader_model_answers_the_teachers_llm_calls(tmp_path):
     assert summary["step_timeout_s"] == 240.0
 
 
+def test_the_teacher_cuts_its_reading_into_the_chunk_size_it_is_given(tmp_path):
+    from fathom.eval.policies import TeacherPolicy
+    from fathom.policies.excerpts import CHUNK_CHARS
+    from fathom.tasks import generate_task
+
+    task = generate_task("manual_default", 3, 8192, "medium")  # the teacher reads excerpts of it with llm()
+
+    def chunks(policy: TeacherPolicy) -> list[int]:
+        (row,) = policy.run([task])
+        assert row["correct"]  # the solver reads either way; only how much a call holds changes
+        return [s["chunk_chars"] for t in row["trace"]["turns"] for s in t["subcalls"]]
+
+    default, small = chunks(TeacherPolicy()), chunks(TeacherPolicy(chunk_size=1000))
+    assert max(small) <= 1000 < max(default) <= CHUNK_CHARS
+    assert len(small) > 3 * len(default)  # the same excerpt, in more and smaller calls
+    assert TeacherPolicy(chunk_size=1000).describe()["chunk_chars"] == 1000
+    assert TeacherPolicy().describe()["chunk_chars"] == CHUNK_CHARS
+    path, out = tmp_path / "tasks.jsonl", tmp_path / "teacher-small"
+    write_tasks(path, [task])
+    argv = ["eval", "--tasks", str(path), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--policy", "teacher", "--teacher-chunk-chars", "1000", "--label", "t1k"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["chunk_chars"] == 1000 and summary["label"] == "t1k"
+    with pytest.raises(SystemExit, match="for --policy teacher"):
+        main([*argv, "--policy", "rlm", "--teacher-chunk-chars", "1000"])
+    with pytest.raises(SystemExit):  # argparse: must be > 0
+        main([*argv, "--policy", "teacher", "--teacher-chunk-chars", "0"])
+
+
 def test_the_step_time_limit_reaches_the_environment(capsys):
     from fathom.rollout import RolloutConfig
     from fathom.rollout.wiring import env_config

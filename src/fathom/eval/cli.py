@@ -35,6 +35,7 @@ POLICIES = ("expert", "teacher", "direct", "rlm")
 def build_policy(args: argparse.Namespace) -> Any:
     """The policy the arguments ask for (imports torch and transformers)."""
     from fathom.eval.policies import DirectPolicy, ExpertPolicy, RLMPolicy, TeacherPolicy
+    from fathom.policies.excerpts import CHUNK_CHARS
     from fathom.rollout import Sampling
 
     if args.reader_model and args.policy not in ("rlm", "teacher"):
@@ -55,7 +56,11 @@ def build_policy(args: argparse.Namespace) -> Any:
             vllm_memory=args.vllm_memory,
             vllm_kv_cache_gib=args.vllm_kv_cache_gib,
             step_timeout_s=args.step_timeout,
+            chunk_size=args.teacher_chunk_chars or CHUNK_CHARS,
+            label=args.label,
         )
+    if args.teacher_chunk_chars:
+        raise SystemExit("fathom eval: error: --teacher-chunk-chars is for --policy teacher")
     model = args.model or "tiny-smol"
     default_new = 128 if args.policy == "direct" else 256
     sampling = Sampling(
@@ -207,6 +212,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="CTRL-style penalty on tokens already in the prompt or reply, as HF generate's and vLLM's "
         "repetition_penalty (1.0 = off, default; > 1 discourages repeats); rlm's llm() sub-calls get it "
         "too, so every reply of the model is decoded the same way",
+    )
+    p.add_argument(
+        "--teacher-chunk-chars",
+        type=positive(int),
+        metavar="N",
+        help="teacher: the most characters its reading cells hand one llm() call (default 7,680: what a "
+        "4,096-token reader view holds whole of dense text)",
     )
     p.add_argument("--batch-size", type=int, default=8, help="tasks per batch, and per resume step")
     p.add_argument("--limit", type=int, help="only the first N tasks of the file")

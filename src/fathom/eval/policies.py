@@ -45,7 +45,7 @@ from fathom.env import EnvConfig, SubLM
 from fathom.env.prompts import first_user_message, system_prompt
 from fathom.models import ModelSpec, load_model, load_tokenizer
 from fathom.models.loading import resolve_model_dir
-from fathom.policies.excerpts import READER_TOKENS
+from fathom.policies.excerpts import CHUNK_CHARS, READER_TOKENS
 from fathom.policies.expert import EXPERTS
 from fathom.policies.grounding import check_trace
 from fathom.policies.readers import ReaderView, expert_reader, teacher_reader
@@ -292,8 +292,14 @@ class TeacherPolicy:
         vllm_memory: float = 0.3,
         vllm_kv_cache_gib: float = 0.0,
         step_timeout_s: float = 60.0,
+        chunk_size: int = CHUNK_CHARS,
+        label: str | None = None,
     ) -> None:
         self.label = "teacher" if reader_model is None else f"teacher:{short_name(reader_model)} reads"
+        if chunk_size != CHUNK_CHARS:
+            self.label += f", {chunk_size:,}-character chunks"
+        self.label = label or self.label
+        self.chunk_size = chunk_size  # what its reading cells hand llm() at a time
         self.step_timeout_s = step_timeout_s  # a reader on a CPU may need more than a GPU's 60 s a turn
         self.tokenizer_name, self.reader_model = tokenizer_name, reader_model
         self.max_turns, self.seed = max_turns, seed
@@ -319,6 +325,7 @@ class TeacherPolicy:
             "max_turns": self.max_turns,
             "reader_model": self.reader_model,  # None: the task layer's solver reads its llm() calls
             "step_timeout_s": self.step_timeout_s,
+            "chunk_chars": self.chunk_size,
         }
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
@@ -329,7 +336,7 @@ class TeacherPolicy:
             sub_sampling=self.sub_sampling,
             step_timeout_s=self.step_timeout_s,
         )
-        teacher = hf_service(teacher_backend(self.chat, self.seed))
+        teacher = hf_service(teacher_backend(self.chat, self.seed, chunk_size=self.chunk_size))
         service: GenerationService = teacher
         reader: SubLM | str = ReaderView(teacher_reader(), self.chat, config.sub_max_input_tokens)
         if self.reader is not None:  # "base": RoutedService's second model answers every llm() call

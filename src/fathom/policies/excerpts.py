@@ -4,8 +4,8 @@ and combine the replies in code.
 `cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
 their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
 the identifiers those lines name, the document's heading lines, or whole sections under a heading that
-names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
-on line boundaries and asks `llm_batch` the question once per chunk. Every cell defines the helpers it
+names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS` (or the size the
+teacher is given) on line boundaries and asks `llm_batch` the question once per chunk. Every cell defines the helpers it
 calls (`paragraph`, the chunking) itself, rather than reusing an earlier cell's: a student that skips or
 splices cells then still runs what it wrote (bench/RESULTS.md, "After run 8"). Each cell fits the 384 new tokens a turn the student generates under in the GPU
 proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn). When a follow cut
@@ -214,7 +214,13 @@ for i in kept[:4]:
     return turn(rng, thought, code)
 
 
-def defined_cells(rng: random.Random, q: Question, context: int, rare: tuple[str, ...] = ()) -> list[str]:
+def defined_cells(
+    rng: random.Random,
+    q: Question,
+    context: int,
+    rare: tuple[str, ...] = (),
+    chunk_size: int = CHUNK_CHARS,
+) -> list[str]:
     """After a follow cut (it leaves `lines`, `hit` and `low`) found nothing: keep the hits again (with
     `context` neighbours and their paragraphs; only those of the `rare` keys when given: a key found far more
     often than another is vocabulary) and, instead of every line each name in them reaches, only where the
@@ -245,21 +251,21 @@ print(len(names), "names;", len(kept), "lines kept")
         "Nothing found. I keep the hits and, for each name in them, only the line unlike its other mentions.",
         "Not found. A name is defined once, in a line unlike its other mentions: I keep the hits and those.",
     )
-    read = _read_code(rng, q)
+    read = _read_code(rng, q, chunk_size)
     if len(code + read) <= TURN_CHARS:
         return [turn(rng, thoughts, code + read)]
-    return [turn(rng, thoughts, code), read_cell(rng, q)]
+    return [turn(rng, thoughts, code), read_cell(rng, q, chunk_size)]
 
 
-def _read_code(rng: random.Random, q: Question) -> str:
-    """The kept lines in chunks of at most `CHUNK_CHARS`, the question asked of each by `llm_batch`; prints the
+def _read_code(rng: random.Random, q: Question, chunk_size: int) -> str:
+    """The kept lines in chunks of at most `chunk_size`, the question asked of each by `llm_batch`; prints the
     replies."""
     ask = rng.choice(READ_ASKS)
     return f"""
 chunks = [""]
 for n, i in enumerate(kept):
     # a new chunk when full, or at a blank line once three-quarters full, so paragraphs stay whole
-    if chunks[-1] and (len(chunks[-1]) + len(lines[i]) > {CHUNK_CHARS} or len(chunks[-1]) > {CHUNK_CHARS * 3 // 4} and not lines[i].strip()):
+    if chunks[-1] and (len(chunks[-1]) + len(lines[i]) > {chunk_size} or len(chunks[-1]) > {chunk_size * 3 // 4} and not lines[i].strip()):
         chunks.append("")
     if n and i - 1 != kept[n - 1]:
         chunks[-1] += "\\n"  # a gap in the document stays a blank line
@@ -271,8 +277,9 @@ print("replies:", [r.strip()[:200] for r in replies])
 """
 
 
-def read_cell(rng: random.Random, q: Question) -> str:
-    """Chunk the kept lines under `CHUNK_CHARS` and ask the question of each; prints ``replies: [...]``."""
+def read_cell(rng: random.Random, q: Question, chunk_size: int = CHUNK_CHARS) -> str:
+    """Chunk the kept lines under `chunk_size` (by default what the student's reader view holds whole) and ask
+    the question of each; prints ``replies: [...]``."""
     return turn(
         rng,
         (
@@ -280,7 +287,7 @@ def read_cell(rng: random.Random, q: Question) -> str:
             "Now llm() reads the kept lines, chunk by chunk, with the question.",
             "Delegate the reading: each chunk of the kept lines goes to llm() with the question.",
         ),
-        _read_code(rng, q),
+        _read_code(rng, q, chunk_size),
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from fathom.policies import moves
 from fathom.policies.blocks import HEAD_CHARS, filter_cell, filter_plan, part_count_cell, part_count_plan
 from fathom.policies.excerpts import (
+    CHUNK_CHARS,
     READER_TOKENS,
     Cut,
     combine,
@@ -102,7 +103,8 @@ def _give_up(rng: random.Random) -> str:
     )
 
 
-def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
+def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_CHARS) -> Play:
+    """The teacher's game for one question; its reading cells cut what they read into `chunk_size` characters."""
     obs = yield moves.look(rng)
     sight = parse_look(obs)
     fields, categories = sight.record_fields(), sight.categories()
@@ -130,7 +132,7 @@ def play(q: Question, rng: random.Random, llm_ok: bool) -> Play:
         found and not on_headings and (yield from _follow(q, rng, found, llm_ok))
     ):  # a name found only on headings points at the section below it, which a follow would not reach
         return
-    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits)):
+    elif llm_ok and not (yield from _excerpts(q, rng, sight, hits, chunk_size)):
         yield from _keywords(q, rng)
 
 
@@ -164,7 +166,9 @@ def _aggregate_question(q: Question) -> bool:
     return q.count or q.listing or bool(re.search(r"\bcount\b|number of|yes or no|\bevery\b|\ball\b", lower))
 
 
-def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Generator[str, str, bool]:
+def _excerpts(
+    q: Question, rng: random.Random, sight: Sight, hits: dict, chunk_size: int
+) -> Generator[str, str, bool]:
     """Try cuts of the document from narrow to wide until llm() finds an answer; True once FINAL is sent."""
     # A snake_case name found often is a field every record has (what to aggregate), not a thing to locate.
     snake = [t for t in q.snake if hits.get(t, (0, []))[0] <= RARE_HITS]
@@ -195,14 +199,14 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
         if not kept or kept == last:
             continue  # nothing, or the same lines as the last cut: no new reading to do
         last = kept
-        if (yield from _read_kept(q, rng)):
+        if (yield from _read_kept(q, rng, chunk_size)):
             return True
         if cut.follow:
             # Nothing found: the lines a name reaches may be too many (split over chunks) or too few (a name
             # used too often to follow); keep instead where each name in the hits is defined, and read again.
             rare = tuple(t for t in cut.keys if hits[t][0] <= RARE_HITS)
             keys = rare if 0 < len(rare) < len(cut.keys) else ()
-            for cell in defined_cells(rng, q, cut.context, keys):
+            for cell in defined_cells(rng, q, cut.context, keys, chunk_size):
                 obs = yield cell
             last = _number(r"(\d+) lines kept", obs)
             if (yield from _answer(q, rng, obs)):
@@ -210,9 +214,9 @@ def _excerpts(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Gene
     return False
 
 
-def _read_kept(q: Question, rng: random.Random) -> Generator[str, str, bool]:
+def _read_kept(q: Question, rng: random.Random, chunk_size: int) -> Generator[str, str, bool]:
     """Have llm() read the kept lines in chunks and FINAL the combined replies; True once FINAL is sent."""
-    obs = yield read_cell(rng, q)
+    obs = yield read_cell(rng, q, chunk_size)
     return (yield from _answer(q, rng, obs))
 
 
@@ -360,11 +364,15 @@ FINAL({more!r} if nx > ny else {less!r} if nx < ny else {same!r})
     )
 
 
-def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tuple[str, int]:
+def _replay(
+    conversation: str, seed: int, slips: float, log: list[bool], chunk_size: int = CHUNK_CHARS
+) -> tuple[str, int]:
     """(the next turn, the observations replayed) of the teacher over a decoded conversation."""
     question, observations, llm_ok = split_conversation(conversation)
     rng = random.Random(f"teacher/{seed}/{question}")
-    game = with_slips(play(read_question(question), rng, llm_ok), f"{seed}/{question}", slips, log)
+    game = with_slips(
+        play(read_question(question), rng, llm_ok, chunk_size), f"{seed}/{question}", slips, log
+    )
     try:
         text = next(game)
         for obs in observations:
@@ -374,10 +382,11 @@ def _replay(conversation: str, seed: int, slips: float, log: list[bool]) -> tupl
     return text, len(observations)
 
 
-def teacher_turn(conversation: str, seed: int = 0, slips: float = 0.0) -> str:
+def teacher_turn(conversation: str, seed: int = 0, slips: float = 0.0, chunk_size: int = CHUNK_CHARS) -> str:
     """The teacher's next turn for a decoded conversation (see the module docstring); with `slips` > 0 that
-    share of its cells is first written faulty and repaired after the traceback (`fathom.policies.slips`)."""
-    return _replay(conversation, seed, slips, [])[0]
+    share of its cells is first written faulty and repaired after the traceback (`fathom.policies.slips`);
+    its reading cells cut what they hand to llm() into chunks of at most `chunk_size` characters."""
+    return _replay(conversation, seed, slips, [], chunk_size)[0]
 
 
 def slip_turns(conversation: str, seed: int, slips: float) -> list[int]:
@@ -388,9 +397,13 @@ def slip_turns(conversation: str, seed: int, slips: float) -> list[int]:
     return [i for i, slip in enumerate(log[:played]) if slip]
 
 
-def teacher_backend(chat: ChatFormat, seed: int = 0, slips: float = 0.0) -> ScriptedBackend:
+def teacher_backend(
+    chat: ChatFormat, seed: int = 0, slips: float = 0.0, chunk_size: int = CHUNK_CHARS
+) -> ScriptedBackend:
     """The teacher as a policy backend: any task, no task list (it reads only the conversation)."""
-    return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed, slips))
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 character, got {chunk_size}")
+    return ScriptedBackend(chat, lambda conversation: teacher_turn(conversation, seed, slips, chunk_size))
 
 
 def play_teacher(
