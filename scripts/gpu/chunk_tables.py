@@ -1,0 +1,156 @@
+"""Tables of `scripts/gpu/teacher_chunks.sh`'s archive: `teacher-br` at each chunk size, per split and family,
+paired on the same tasks (exact McNemar) against the teacher's own size, and against GPU proof run 20's rows.
+
+    PYTHONPATH=src python scripts/gpu/chunk_tables.py DIR/keep [--run20 bench/results/gpu_proof20_rows.jsonl]
+        [--json OUT.json] [--rows OUT_rows.jsonl]
+
+It reads only the archive's `c<size>[-unseen]_eval.jsonl` files (and run 20's rows file); it prints markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+from pathlib import Path
+
+from fathom.eval.stats import mcnemar_exact, wilson
+
+RUN20_DATA = (
+    "761d653f",
+    "764cb1de",
+)  # run 20's held-out files (sha256 prefixes): its rows pair only with these
+SPLITS = (("", "heldout", "training families"), ("-unseen", "heldout_unseen", "unseen families"))
+
+
+def load(keep: Path) -> dict[tuple[int, str], dict[str, dict]]:
+    """(chunk size, split) -> task id -> row."""
+    out: dict[tuple[int, str], dict[str, dict]] = {}
+    for path in sorted(keep.glob("c*_eval.jsonl")):
+        m = re.fullmatch(r"c(\d+)(-unseen)?_eval\.jsonl", path.name)
+        if m is None:
+            continue
+        split = "heldout_unseen" if m.group(2) else "heldout"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[(int(m.group(1)), split)] = {r["id"]: r for r in rows}
+    return out
+
+
+def paired(a: dict[str, dict], b: dict[str, dict]) -> tuple[int, int, float, float]:
+    """(only a right, only b right, points a - b, p) over the tasks both hold."""
+    ids = sorted(set(a) & set(b))
+    only_a = sum(a[i]["correct"] and not b[i]["correct"] for i in ids)
+    only_b = sum(b[i]["correct"] and not a[i]["correct"] for i in ids)
+    return only_a, only_b, 100 * (only_a - only_b) / max(len(ids), 1), mcnemar_exact(only_a, only_b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("keep", type=Path)
+    parser.add_argument("--run20", type=Path, help="GPU proof run 20's per-task rows (policy teacher-br)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--rows", type=Path, help="write every row (size, split, id, family, correct, calls)")
+    args = parser.parse_args()
+    runs = load(args.keep)
+    sizes = sorted({s for s, _ in runs}, reverse=True)
+    own = max(sizes)  # the teacher's own chunk (7,680) is the largest measured
+    result: dict = {"policies": [], "mcnemar": []}
+    print("| chunk (characters) | split | n | right | accuracy [95%] | llm() calls a task |")
+    print("|--:|---|--:|--:|---|--:|")
+    for size in sizes:
+        for _, split, name in SPLITS:
+            rows = list(runs.get((size, split), {}).values())
+            if not rows:
+                continue
+            n, right = len(rows), sum(r["correct"] for r in rows)
+            lo, hi = wilson(right, n)
+            calls = sum(r["llm_calls"] for r in rows) / n
+            print(
+                f"| {size:,} | {name} | {n} | {right} | {right / n:.0%} [{lo:.0%}, {hi:.0%}] | {calls:.1f} |"
+            )
+            result["policies"].append(
+                {
+                    "chunk_chars": size,
+                    "split": split,
+                    "n": n,
+                    "correct": right,
+                    "accuracy": right / n,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "llm_calls_per_task": calls,
+                }
+            )
+    baselines = [(f"{own:,} (this run)", {sp: runs.get((own, sp), {}) for _, sp, _ in SPLITS})]
+    sha = (args.keep / "data.sha256").read_text() if (args.keep / "data.sha256").exists() else ""
+    if args.run20 and not all(re.search(rf"^{h}", sha, re.M) for h in RUN20_DATA):
+        raise SystemExit(f"--run20: these held-out files are not run 20's ({sha.split()[:1]}...)")
+    if args.run20:
+        r20: dict[str, dict[str, dict]] = collections.defaultdict(dict)
+        for line in args.run20.read_text().splitlines():
+            r = json.loads(line)
+            if r["policy"] == "teacher-br":
+                r20[r["split"]][r["id"]] = r
+        baselines.append(("7,680 (run 20)", r20))
+    print("\n| A (chunk) | B (chunk) | split | only A | only B | points | p |")
+    print("|---|---|---|--:|--:|--:|--:|")
+    for size in sizes:
+        for bname, base in baselines:
+            if bname.startswith(f"{size:,} (this"):
+                continue
+            for _, split, name in SPLITS:
+                a, b = runs.get((size, split)), base.get(split)
+                if not a or not b:
+                    continue
+                only_a, only_b, pts, p = paired(a, b)
+                print(f"| {size:,} | {bname} | {name} | {only_a} | {only_b} | {pts:+.1f} | {p:.2g} |")
+                result["mcnemar"].append(
+                    {
+                        "a": size,
+                        "b": bname,
+                        "split": split,
+                        "only_a": only_a,
+                        "only_b": only_b,
+                        "points": pts,
+                        "p": p,
+                    }
+                )
+    for _, split, name in SPLITS:
+        fams = sorted({r["family"] for s in sizes for r in runs.get((s, split), {}).values()})
+        if not fams:
+            continue
+        print(f"\n{name}, tasks right per family:\n")
+        print("| family | n | " + " | ".join(f"{s:,}" for s in sizes) + " |")
+        print("|---|--:|" + "--:|" * len(sizes))
+        for fam in fams:
+            cells, n = [], 0
+            for s in sizes:
+                rows = [r for r in runs.get((s, split), {}).values() if r["family"] == fam]
+                n = max(n, len(rows))
+                cells.append(str(sum(r["correct"] for r in rows)))
+            print(f"| {fam} | {n} | " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    if args.rows:
+        with args.rows.open("w") as f:
+            for (size, split), rows in sorted(runs.items()):
+                for r in rows.values():
+                    f.write(
+                        json.dumps(
+                            {
+                                "chunk_chars": size,
+                                "split": split,
+                                "id": r["id"],
+                                "family": r["family"],
+                                "length_tokens": r["length_tokens"],
+                                "correct": r["correct"],
+                                "llm_calls": r["llm_calls"],
+                                "answer": r["answer"],
+                            }
+                        )
+                        + "\n"
+                    )
+
+
+if __name__ == "__main__":
+    main()
