@@ -8,7 +8,7 @@
 #
 # CHUNKS_SIZES (default "7680 3840 1920": 7,680 is the teacher's own size, so run 20's row is measured again in
 # the same run), CHUNKS_MODEL (default qwen2.5-coder-1.5b), CHUNKS_DIR (default /root/chunks), CHUNKS_LIMIT
-# (tasks per file; default all), CHUNKS_SCALE=tiny (a CPU rehearsal: small held-out files). Each size is one
+# (tasks per file; default all), CHUNKS_SPLITS=unseen (that file alone), CHUNKS_SCALE=tiny (a CPU rehearsal: small held-out files). Each size is one
 # `fathom eval --policy teacher --reader-model` process with its own vLLM engine (0.1 of the GPU).
 set -euo pipefail
 PY=${PY:-python3}
@@ -26,6 +26,12 @@ else  # GPU proof run 20's command (stage_data in proof.sh), so the held-out fil
 fi
 LIMIT=()
 [ -n "${CHUNKS_LIMIT:-}" ] && LIMIT=(--limit "$CHUNKS_LIMIT")
+SPLITS=("" -unseen)  # CHUNKS_SPLITS=unseen: the unseen families' file alone (a shorter lease)
+case ${CHUNKS_SPLITS:-both} in
+  both) ;;
+  unseen) SPLITS=(-unseen) ;;
+  *) echo "CHUNKS_SPLITS must be both or unseen" >&2; exit 2 ;;
+esac
 mkdir -p "$D/logs" "$D/keep"
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$D/progress.log"; }
 
@@ -34,19 +40,23 @@ run() {
   "$PY" -m fathom data build --out "$D/data" --seed 8 "${DATA[@]}" --train-lengths 8K 16K 32K 128K \
     --eval-lengths 8K 32K --no-progress > "$D/logs/data.log" 2>&1
   (cd "$D/data" && sha256sum heldout.jsonl heldout_unseen.jsonl) | tee "$D/keep/data.sha256"
-  local pids=() size status=0
+  local pids=() size status=0 split files outs
   for size in $SIZES; do
+    files=() outs=()
+    for split in "${SPLITS[@]}"; do
+      files+=("$D/data/heldout${split/-/_}.jsonl") outs+=("$D/eval/c$size$split")
+    done
     log "teacher-br, chunks of $size characters"
     "$PY" -m fathom eval --policy teacher --model "$MODEL" --reader-model "$MODEL" --teacher-chunk-chars "$size" \
-      --label "teacher, untrained reader, $size-char chunks" --tasks "$D/data/heldout.jsonl" \
-      "$D/data/heldout_unseen.jsonl" --out "$D/eval/c$size" "$D/eval/c$size-unseen" "${LIMIT[@]}" \
+      --label "teacher, untrained reader, $size-char chunks" --tasks "${files[@]}" --out "${outs[@]}" "${LIMIT[@]}" \
       --device "$DEVICE" --batch-size 120 --generation-mode "$MODE" --dtype "$DTYPE" --vllm-memory 0.1 \
       --vllm-kv-cache-gib 6 --overwrite --no-progress > "$D/logs/eval-c$size.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
   for size in $SIZES; do
-    for out in "$D/eval/c$size" "$D/eval/c$size-unseen"; do
+    for split in "${SPLITS[@]}"; do
+      out=$D/eval/c$size$split
       cp "$out/summary.json" "$D/keep/$(basename "$out")_summary.json"
       cp "$out/eval.jsonl" "$D/keep/$(basename "$out")_eval.jsonl"
       head -n 24 "$out/traces.jsonl" > "$D/keep/$(basename "$out")_traces_sample.jsonl"
