@@ -282,7 +282,26 @@ def test_a_reader_model_answers_the_teachers_llm_calls(tmp_path):
     assert main([*argv, "--step-timeout", "240"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reader_model"] == "tiny-smol" and summary["label"] == "teacher:tiny-smol reads"
-    assert summary["step_timeout_s"] == 240.0
+    assert summary["step_timeout_s"] == 240.0 and summary["repetition_penalty"] == 1.0
+    penalised = TeacherPolicy(reader_model="tiny-smol", device="cpu", repetition_penalty=1.2)
+    assert penalised.sub_sampling.repetition_penalty == 1.2 and penalised.sub_sampling.temperature == 0.0
+    assert penalised.describe()["repetition_penalty"] == 1.2
+    with pytest.raises(ValueError, match="for a reader model"):
+        TeacherPolicy(repetition_penalty=1.2)
+    with pytest.raises(SystemExit, match="its --reader-model's"):
+        main(
+            [
+                "eval",
+                "--policy",
+                "teacher",
+                "--repetition-penalty",
+                "1.2",
+                "--tasks",
+                str(path),
+                "--out",
+                str(out),
+            ]
+        )
 
 
 def test_the_teacher_cuts_its_reading_into_the_chunk_size_it_is_given(tmp_path):

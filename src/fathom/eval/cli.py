@@ -45,6 +45,11 @@ def build_policy(args: argparse.Namespace) -> Any:
     if args.policy == "expert":
         return ExpertPolicy(tokenizer_name=args.model or "tiny-smol", max_turns=args.max_turns or 12)
     if args.policy == "teacher":
+        if args.repetition_penalty != 1.0 and not args.reader_model:
+            raise SystemExit(
+                "fathom eval: error: --repetition-penalty for --policy teacher is its --reader-model's "
+                "(its own reader, the task layer's solver, samples nothing)"
+            )
         return TeacherPolicy(
             tokenizer_name=args.model or args.reader_model or "tiny-smol",
             max_turns=args.max_turns or 12,
@@ -58,6 +63,7 @@ def build_policy(args: argparse.Namespace) -> Any:
             step_timeout_s=args.step_timeout,
             chunk_size=args.teacher_chunk_chars or CHUNK_CHARS,
             label=args.label,
+            repetition_penalty=args.repetition_penalty,
         )
     if args.teacher_chunk_chars:
         raise SystemExit("fathom eval: error: --teacher-chunk-chars is for --policy teacher")
@@ -211,7 +217,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1.0,
         help="CTRL-style penalty on tokens already in the prompt or reply, as HF generate's and vLLM's "
         "repetition_penalty (1.0 = off, default; > 1 discourages repeats); rlm's llm() sub-calls get it "
-        "too, so every reply of the model is decoded the same way",
+        "too, so every reply of the model is decoded the same way; for teacher, its --reader-model's replies",
     )
     p.add_argument(
         "--teacher-chunk-chars",

@@ -294,6 +294,7 @@ class TeacherPolicy:
         step_timeout_s: float = 60.0,
         chunk_size: int = CHUNK_CHARS,
         label: str | None = None,
+        repetition_penalty: float = 1.0,
     ) -> None:
         self.label = "teacher" if reader_model is None else f"teacher:{short_name(reader_model)} reads"
         if chunk_size != CHUNK_CHARS:
@@ -304,7 +305,14 @@ class TeacherPolicy:
         self.tokenizer_name, self.reader_model = tokenizer_name, reader_model
         self.max_turns, self.seed = max_turns, seed
         self.sub_max_input_tokens = sub_max_input_tokens  # its reader is shown what a student's would be
-        self.sub_sampling = Sampling(max_new_tokens=sub_max_new_tokens, temperature=0.0)
+        if repetition_penalty != 1.0 and reader_model is None:
+            raise ValueError(
+                "a repetition penalty is for a reader model: the teacher's own reader samples nothing"
+            )
+        # greedy, as the engine asks a student's reader; the penalty as an rlm policy's llm() replies get it
+        self.sub_sampling = Sampling(
+            max_new_tokens=sub_max_new_tokens, temperature=0.0, repetition_penalty=repetition_penalty
+        )
         tokenizer = load_tokenizer(ModelSpec(name=tokenizer_name))
         self.chat = ChatFormat(tokenizer)
         self.reader: ModelEngine | None = None
@@ -326,6 +334,7 @@ class TeacherPolicy:
             "reader_model": self.reader_model,  # None: the task layer's solver reads its llm() calls
             "step_timeout_s": self.step_timeout_s,
             "chunk_chars": self.chunk_size,
+            "repetition_penalty": self.sub_sampling.repetition_penalty,  # the reader model's
         }
 
     def run(self, tasks: Sequence[Task]) -> list[dict[str, Any]]:
