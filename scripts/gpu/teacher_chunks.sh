@@ -8,8 +8,9 @@
 #
 # CHUNKS_SIZES (default "7680 3840 1920": 7,680 is the teacher's own size, so run 20's row is measured again in
 # the same run), CHUNKS_MODEL (default qwen2.5-coder-1.5b), CHUNKS_DIR (default /root/chunks), CHUNKS_LIMIT
-# (tasks per file; default all), CHUNKS_SPLITS=unseen (that file alone), CHUNKS_SCALE=tiny (a CPU rehearsal: small held-out files). Each size is one
-# `fathom eval --policy teacher --reader-model` process with its own vLLM engine (0.1 of the GPU).
+# (tasks per file; default all), CHUNKS_SPLITS=unseen (that file alone), CHUNKS_SCALE=tiny (a CPU rehearsal:
+# small held-out files). Each size is one `fathom eval --policy teacher --reader-model` process with its own
+# vLLM engine (0.1 of the GPU).
 set -euo pipefail
 PY=${PY:-python3}
 D=${CHUNKS_DIR:-/root/chunks}
