@@ -1,17 +1,18 @@
 """The teacher's reading moves for documents it cannot keep whole: cut an excerpt, have `llm()` read it,
 and combine the replies in code.
 
-`cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms,
-their paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few neighbours when the question asks what comes before or after,
-the identifiers those lines name, the document's heading lines, or whole sections under a heading that
-names a key) and prints how much it kept; `read_cell` cuts what was kept into chunks under `CHUNK_CHARS`
-(or the size the teacher is given) on line boundaries and asks `llm_batch` the question once per chunk.
-Every cell defines the helpers it calls (`paragraph`, the chunking) itself, rather than reusing an earlier cell's: a student that skips or
-splices cells then still runs what it wrote (bench/RESULTS.md, "After run 8"). Each cell fits the 384 new tokens a turn the student generates under in the GPU
-proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn). When a follow cut
-finds nothing, `defined_cells` keeps the hits again with, for each name they use, only the line where it
-is defined (the one line unlike its other mentions: a sender's directory row among the headers of its
-messages). With no key terms every line is kept: a map over the whole document.
+`cut_cell` writes one cell that keeps the lines the question points at (the hit lines of its key terms, their
+paragraph when it is short (else the paragraph's first line: a table's header, a block's title), a few
+neighbours when the question asks what comes before or after, the identifiers those lines name, the document's
+heading lines, or whole sections under a heading that names a key) and prints how much it kept; `read_cell`
+cuts what was kept into chunks under `CHUNK_CHARS` (or the size the teacher is given) on line boundaries and
+asks `llm_batch` the question once per chunk. Every cell defines the helpers it calls (`paragraph`, the
+chunking) itself, rather than reusing an earlier cell's: a student that skips or splices cells then still runs
+what it wrote (bench/RESULTS.md, "After run 8"). Each cell fits the 384 new tokens a turn the student
+generates under in the GPU proof (Qwen2.5 tokens; `fathom.train.sft` trains no transcript with a longer turn).
+When a follow cut finds nothing, `defined_cells` keeps the hits again with, for each name they use, only the
+line where it is defined (the one line unlike its other mentions: a sender's directory row among the headers
+of its messages). With no key terms every line is kept: a map over the whole document.
 `combine` writes the cell that reduces the printed replies as the question asks (a count adds up, a
 yes/no question is yes if any chunk says so, a list is the union, a least/greatest value is the min/max,
 anything else is the reply most chunks agree on).
