@@ -15,12 +15,11 @@ import json
 import re
 from pathlib import Path
 
-from fathom.eval.stats import mcnemar_exact, wilson
+from fathom.eval.runner import read_rows
+from fathom.eval.stats import paired, wilson
 
-RUN20_DATA = (
-    "761d653f",
-    "764cb1de",
-)  # run 20's held-out files (sha256 prefixes): its rows pair only with these
+# run 20's held-out files (sha256 prefixes): its rows pair only with these
+RUN20_DATA = ("761d653f", "764cb1de")
 SPLITS = (("", "heldout", "training families"), ("-unseen", "heldout_unseen", "unseen families"))
 
 
@@ -32,17 +31,8 @@ def load(keep: Path) -> dict[tuple[int, str], dict[str, dict]]:
         if m is None:
             continue
         split = "heldout_unseen" if m.group(2) else "heldout"
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out[(int(m.group(1)), split)] = {r["id"]: r for r in rows}
+        out[(int(m.group(1)), split)] = {r["id"]: r for r in read_rows(path)}
     return out
-
-
-def paired(a: dict[str, dict], b: dict[str, dict]) -> tuple[int, int, float, float]:
-    """(only a right, only b right, points a - b, p) over the tasks both hold."""
-    ids = sorted(set(a) & set(b))
-    only_a = sum(a[i]["correct"] and not b[i]["correct"] for i in ids)
-    only_b = sum(b[i]["correct"] and not a[i]["correct"] for i in ids)
-    return only_a, only_b, 100 * (only_a - only_b) / max(len(ids), 1), mcnemar_exact(only_a, only_b)
 
 
 def main() -> None:
@@ -102,7 +92,8 @@ def main() -> None:
                 a, b = runs.get((size, split)), base.get(split)
                 if not a or not b:
                     continue
-                only_a, only_b, pts, p = paired(a, b)
+                t = paired(a.values(), b.values())  # refuses two different task sets
+                only_a, only_b, pts, p = t.only_a, t.only_b, 100 * (t.only_a - t.only_b) / t.n, t.p_value
                 print(f"| {size:,} | {bname} | {name} | {only_a} | {only_b} | {pts:+.1f} | {p:.2g} |")
                 result["mcnemar"].append(
                     {
