@@ -9,7 +9,7 @@
 # CHUNKS_SIZES (default "7680 3840 1920": 7,680 is the teacher's own size, so run 20's row is measured again in
 # the same run), CHUNKS_MODEL (default qwen2.5-coder-1.5b), CHUNKS_DIR (default /root/chunks), CHUNKS_LIMIT
 # (tasks per file; default all), CHUNKS_SPLITS=unseen (that file alone), CHUNKS_SCALE=tiny (a CPU rehearsal:
-# small held-out files). Each size is one `fathom eval --policy teacher --reader-model` process with its own
+# proof.sh's tiny held-out files). Each size is one `fathom eval --policy teacher --reader-model` process with its own
 # vLLM engine (0.1 of the GPU).
 set -euo pipefail
 PY=${PY:-python3}
@@ -19,12 +19,6 @@ DEVICE=${CHUNKS_DEVICE:-cuda}
 SIZES=${CHUNKS_SIZES:-7680 3840 1920}
 if [ "$DEVICE" != cpu ]; then source scripts/gpu/env.sh; fi
 if [ "$DEVICE" = cpu ]; then MODE=plain DTYPE=float32; else MODE=vllm DTYPE=bfloat16; fi
-if [ "${CHUNKS_SCALE:-full}" = tiny ]; then
-  DATA=(--train 8 --eval 4 --heldout 8 --heldout-lengths 8K --heldout-unseen 7 --heldout-unseen-lengths 8K)
-else  # GPU proof run 20's command (stage_data in proof.sh), so the held-out files are the same bytes
-  DATA=(--train 840 --eval 60 --heldout 240 --heldout-lengths 8K 32K 128K 400K --heldout-unseen 168
-    --heldout-unseen-lengths 8K 32K 128K 400K)
-fi
 LIMIT=()
 [ -n "${CHUNKS_LIMIT:-}" ] && LIMIT=(--limit "$CHUNKS_LIMIT")
 SPLITS=("" -unseen)  # CHUNKS_SPLITS=unseen: the unseen families' file alone (a shorter lease)
@@ -37,10 +31,9 @@ mkdir -p "$D/logs" "$D/keep"
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$D/progress.log"; }
 
 run() {
+  # the GPU proof's own data stage, so the held-out files are run 20's bytes (its keep/data.sha256 says so)
   log "data"
-  "$PY" -m fathom data build --out "$D/data" --seed 8 "${DATA[@]}" --train-lengths 8K 16K 32K 128K \
-    --eval-lengths 8K 32K --no-progress > "$D/logs/data.log" 2>&1
-  (cd "$D/data" && sha256sum heldout.jsonl heldout_unseen.jsonl) | tee "$D/keep/data.sha256"
+  PROOF_DIR="$D" PROOF_DEVICE="$DEVICE" PROOF_SCALE="${CHUNKS_SCALE:-full}" PY="$PY" bash scripts/gpu/proof.sh data
   local pids=() size status=0 split files outs
   for size in $SIZES; do
     files=() outs=()
