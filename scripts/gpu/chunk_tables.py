@@ -1,5 +1,6 @@
 """Tables of `scripts/gpu/teacher_chunks.sh`'s archive: `teacher-br` at each chunk size, per split and family,
-paired on the same tasks (exact McNemar) against the teacher's own size, and against GPU proof run 20's rows.
+paired on the same tasks (exact McNemar) against the largest size measured, and against GPU proof run 20's rows
+on each split whose held-out file is run 20's (by its sha256 in the archive's `data.sha256`).
 
     PYTHONPATH=src python scripts/gpu/chunk_tables.py DIR/keep [--run20 bench/results/gpu_proof20_rows.jsonl]
         [--json OUT.json] [--rows OUT_rows.jsonl]
@@ -18,8 +19,8 @@ from pathlib import Path
 from fathom.eval.runner import read_rows
 from fathom.eval.stats import paired, wilson
 
-# run 20's held-out files (sha256 prefixes): its rows pair only with these
-RUN20_DATA = ("761d653f", "764cb1de")
+# run 20's held-out files (sha256 prefixes): its rows pair only with a split whose file is byte for byte these
+RUN20_DATA = {"heldout": "761d653f", "heldout_unseen": "764cb1de"}
 SPLITS = (("", "heldout", "training families"), ("-unseen", "heldout_unseen", "unseen families"))
 
 
@@ -73,13 +74,14 @@ def main() -> None:
             )
     baselines = [(f"{own:,} (this run)", {sp: runs.get((own, sp), {}) for _, sp, _ in SPLITS})]
     sha = (args.keep / "data.sha256").read_text() if (args.keep / "data.sha256").exists() else ""
-    if args.run20 and not all(re.search(rf"^{h}", sha, re.M) for h in RUN20_DATA):
-        raise SystemExit(f"--run20: these held-out files are not run 20's ({sha.split()[:1]}...)")
+    same = {sp for sp, h in RUN20_DATA.items() if re.search(rf"^{h}\S*\s+\S*/{sp}\.jsonl$", sha, re.M)}
+    if args.run20 and not same & {sp for _, sp in runs}:
+        raise SystemExit(f"--run20: no held-out file measured here is run 20's ({sha.split()[:1]}...)")
     if args.run20:
         r20: dict[str, dict[str, dict]] = collections.defaultdict(dict)
         for line in args.run20.read_text().splitlines():
             r = json.loads(line)
-            if r["policy"] == "teacher-br":
+            if r["policy"] == "teacher-br" and r["split"] in same:
                 r20[r["split"]][r["id"]] = r
         baselines.append(("7,680 (run 20)", r20))
     print("\n| A (chunk) | B (chunk) | split | only A | only B | points | p |")

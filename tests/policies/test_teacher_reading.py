@@ -35,6 +35,65 @@ def test_the_table_plan_reads_columns_values_and_operation_from_the_question():
     assert plan(read_question("What is the capital of 'Sales'?"), shape) is None  # no numeric column named
 
 
+HEAD_NA = """# export
+dept|max temp|city|id
+Sales|100|Rome|E1
+Support|NA|Oslo|E2
+Sales|NA|Oslo|E3
+Support|40|Rome|E4
+Sales|250|Oslo|E5"""
+
+
+@pytest.mark.parametrize(
+    ("question", "op", "where", "answer"),
+    [
+        # two values of one column are either-or; values of two columns must both hold
+        (
+            "Total 'max temp' for 'city' in ('Oslo', 'Rome'): what is it?",
+            "sum",
+            (("city", ("Oslo", "Rome")),),
+            390,
+        ),
+        (
+            "What is the sum of 'max temp' over the rows where 'dept' is 'Sales' and 'city' is 'Oslo'?",
+            "sum",
+            (("dept", ("Sales",)), ("city", ("Oslo",))),
+            250,
+        ),
+        ("Compute max('max temp') - min('max temp') restricted to 'dept' == 'Sales'.", "range", None, 150),
+        (
+            "For 'dept' = 'Sales', take the greatest 'max temp' and subtract the least one. Result?",
+            "range",
+            None,
+            150,
+        ),
+        ("Count the rows whose 'dept' is 'Sales' and whose 'max temp' is under 200.", "count_below", None, 1),
+        # a column named 'max temp' asks for no maximum, and 'age' inside 'average' is no column
+        ("What is the sum of 'max temp' over the rows where 'city' is 'Rome'?", "sum", None, 140),
+        ("What is the average 'max temp' over the rows where 'city' is 'Oslo'?", "mean", None, 250),
+        (
+            "Take the 'max temp' total of the 'Sales' rows (column 'dept') and subtract the 'Support' total.",
+            "difference",
+            (("dept", ("Sales", "Support")),),
+            310,
+        ),
+    ],
+)
+def test_the_table_plan_composes_its_filter_and_operation_from_the_question(question, op, where, answer):
+    # 'max temp' is numeric though two of its five sampled cells are NA: empty markers are not words
+    shape = table_shape(Sight(head=HEAD_NA))
+    assert shape is not None and shape.numeric == {"max temp"}
+    p = plan(read_question(question), shape)
+    assert p is not None and p.op == op and p.num == "max temp"
+    if where is not None:
+        assert p.where == where
+    code = table_cell(random.Random(0), shape, p).split("```repl\n")[1].split("```")[0]
+    answers = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(code, {"ctx": HEAD_NA, "FINAL": answers.append})
+    assert answers == [answer]
+
+
 def test_the_table_cell_writes_no_line_that_mixes_quote_styles_and_computes_the_answer():
     # run 12's student wrote the progress line's 'wind', "and a number" as 'wind", "and a number" (table_aggregate
     # 58% in run 11, 0% in run 12): a line that alternates ' and " literals is one it mis-copies

@@ -110,6 +110,39 @@ def test_format_details_vary_with_the_seed(family, meta_key, least, corpora):
     assert len(seen) >= least, seen
 
 
+def test_table_aggregate_kinds_compose_from_the_one_condition_kinds(corpora):
+    """An either-or total is the two values' totals added, a both-conditions total the rows where both hold
+    (not the first value's total), a range the maximum less the minimum: each compound gold agrees with the
+    one-condition questions, or with the rows themselves, on its own table."""
+
+    def single(op: str, s: dict[str, str], value: str, document: str) -> int | float:
+        q = tables.AGG_KINDS[op].templates[0].format(num=s["num"], cat=s["cat"], value=value)
+        return tables.solve_agg(q, document)
+
+    kinds = Counter()
+    for seed in range(80):
+        task = generate_task("table_aggregate", seed, 4096, DIFFS[seed % 3], corpora)
+        kind, s = formats.parse_kind(tables.AGG_KINDS, task.question)
+        kinds[kind] += 1
+        if kind == "sum_either":
+            either = single("sum", s, s["value"], task.document) + single("sum", s, s["other"], task.document)
+            assert s["value"] != s["other"] and task.answer == either
+        elif kind == "sum_both":
+            header, rows = tables.read_table(task.document)
+            c, c2, n = (header.index(s[k]) for k in ("cat", "cat2", "num"))
+            both = [
+                int(r[n])
+                for r in rows
+                if r[c] == s["value"] and r[c2] == s["value2"] and re.fullmatch(r"-?\d+", r[n])
+            ]
+            assert both and task.answer == sum(both) != single("sum", s, s["value"], task.document)
+        elif kind == "range":
+            assert task.answer == single("max", s, s["value"], task.document) - single(
+                "min", s, s["value"], task.document
+            )
+    assert set(kinds) == set(tables.AGG_OPS), kinds
+
+
 def test_log_counts_are_not_a_grep(corpora):
     """A substring count of the service and level words over-counts (look-alike services, mentions)."""
     off = 0

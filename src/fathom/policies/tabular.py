@@ -3,10 +3,12 @@
 `table_shape(sight)` reads the look move's printout for a header row (the first non-comment line, whose
 delimiter, one of ``, ; | tab``, splits the following lines into as many cells) and which columns hold
 numbers in the sampled rows. `plan(q, shape)` matches the question's quoted names to that header: the
-columns it names, the values it filters on, the column it asks to report, and the operation its words
-ask for (a total, least, greatest, mean, a count above a threshold, the difference of two totals, or the
-row with the top or bottom value). `table_cell(rng, shape, plan)` writes the cell: `csv` parses every
-row with as many cells as the header, the filter and the arithmetic run in code, and it FINALs.
+columns it names, the values it filters on (each with the column quoted nearest before it: two values of
+one column are either-or, values of two columns must both hold), the column it asks to report, and the
+operation its words ask for (a total, least, greatest, mean, range, a count above or below a threshold, the
+difference of two totals, or the row with the top or bottom value). `table_cell(rng, shape, plan)` writes
+the cell from those parts: `csv` parses every row with as many cells as the header, the filter and the
+arithmetic run in code, and it FINALs.
 
 It knows no generator: columns and values are the question's own quoted words, the delimiter and header
 are what the look printed. This module only writes text.
@@ -23,8 +25,10 @@ from fathom.policies.looking import Question, Sight
 from fathom.policies.moves import turn
 
 DELIMITERS = (",", ";", "|", "\t")
+_EMPTY = ("", "na", "n/a", "null", "none", "-")  # cells a numeric column leaves without a value
 _LEAST = r"\b(least|lowest|smallest|minimum|min|bottom|fewest)\b"
 _MOST = r"\b(most|highest|largest|greatest|maximum|max|top|biggest)\b"
+_RANGE = r"\brange\b|\bspread\b|how far apart|max\([^)]*\) - min\(|\b(greatest|highest|largest|maximum)\b.*\bsubtract"
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,19 @@ class Shape:
 
 @dataclass(frozen=True)
 class Plan:
-    op: str  # sum, min, max, mean, count_above, difference, argmax, argmin
+    op: str  # sum, min, max, mean, range, count_above, count_below, difference, argmax, argmin
     num: str
-    cond: str
-    values: tuple[str, ...]
+    where: tuple[tuple[str, tuple[str, ...]], ...]  # (column, its values) in the question's order
     report: str = ""  # the column an arg-max / arg-min answers with
     threshold: int = 0
+
+    @property
+    def cond(self) -> str:
+        return self.where[0][0]
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return self.where[0][1]
 
 
 def table_shape(sight: Sight) -> Shape | None:
@@ -57,39 +68,55 @@ def table_shape(sight: Sight) -> Shape | None:
         return None
     numeric = set()
     for i, name in enumerate(header):
-        cells = [r[i] for r in data if r[i].strip()]
+        cells = [r[i] for r in data if r[i].strip().lower() not in _EMPTY]
         if cells and sum(bool(re.fullmatch(r"-?\d+", c)) for c in cells) >= 0.8 * len(cells):
             numeric.add(name)
     return Shape(delimiter, header, numeric)
 
 
+def _filters(quoted: tuple[str, ...], others: list[str]) -> dict[str, tuple[str, ...]]:
+    """Each quoted value under the categorical column quoted nearest before it (else nearest after it)."""
+    where: dict[str, tuple[str, ...]] = {}
+    for i, v in enumerate(quoted):
+        if v in others:
+            continue
+        before = [c for c in quoted[:i] if c in others]
+        after = [c for c in quoted[i + 1 :] if c in others]
+        col = before[-1] if before else after[0] if after else None
+        if col and v not in where.get(col, ()):
+            where[col] = (*where.get(col, ()), v)
+    return where
+
+
 def plan(q: Question, shape: Shape) -> Plan | None:
     columns = [c for c in dict.fromkeys(q.quoted) if c in shape.header]
-    values = tuple(v for v in dict.fromkeys(q.quoted) if v not in shape.header)
     nums = [c for c in columns if c in shape.numeric]
     others = [c for c in columns if c not in shape.numeric]
-    if not nums or not values or not others:
+    quoted = tuple(c for c in q.quoted if c not in nums)
+    where = _filters(quoted, others)
+    if not nums or not where:
         return None
-    text, lower = q.text, q.text.lower()
-
-    def beside(col: str) -> bool:  # 'col' == 'value', 'col' is 'value', 'col' exactly 'value'...
-        return any(
-            re.search(re.escape(f"'{col}'") + r"\W{0,3}(?:\w+\W{1,3}){0,2}'" + re.escape(v) + "'", text)
-            for v in values
-        )
-
-    cond = next((c for c in others if beside(c)), others[0])
-    report = next((c for c in others if c != cond), "")
+    lower = q.text.lower()
+    for name in q.quoted:  # a column named 'Max Temp' asks for no maximum
+        lower = lower.replace(f"'{name.lower()}'", "''").replace(f'"{name.lower()}"', '""')
+    report = next((c for c in others if c not in where), "")
     num = nums[0]
-    threshold = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)
+    above = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)
+    below = re.search(r"(?:less than|lower than|under|below|<)\s*(-?\d+)", lower)
+    counting = re.search(r"how many|count|number of", lower)
+    two_values = any(len(vs) >= 2 for vs in where.values())
     if report and re.search(_MOST, lower):
         op = "argmax"
     elif report and re.search(_LEAST, lower):
         op = "argmin"
-    elif len(values) >= 2 and re.search(r"subtract|minus|difference|\) - ", lower):
+    elif two_values and re.search(r"subtract|minus|difference|\) - ", lower):
         op = "difference"
-    elif threshold and re.search(r"how many|count|number of", lower):
+    elif re.search(_RANGE, lower):
+        op = "range"
+    elif above and counting:
         op = "count_above"
+    elif below and counting:
+        op = "count_below"
     elif re.search(r"average|mean|avg", lower):
         op = "mean"
     elif re.search(_LEAST, lower):
@@ -100,20 +127,34 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         op = "sum"
     else:
         return None
-    return Plan(op, num, cond, values, report, int(threshold.group(1)) if threshold else 0)
+    threshold = above if op == "count_above" else below if op == "count_below" else None
+    if op == "difference":  # the first value's total less the last one's, of the column holding both
+        col = next(c for c, vs in where.items() if len(vs) >= 2)
+        where = {col: where[col]}
+    return Plan(op, num, tuple(where.items()), report, int(threshold.group(1)) if threshold else 0)
 
 
 def table_cell(rng: random.Random, shape: Shape, p: Plan) -> str:
-    v, w = p.values[0], p.values[-1]
+    w = p.values[-1]
     result = {
         "sum": "sum(vals)",
         "min": "min(vals)",
         "max": "max(vals)",
         "mean": "round(sum(vals) / len(vals), 2)",
+        "range": "max(vals) - min(vals)",
         "count_above": f"sum(1 for x in vals if x > {p.threshold})",
+        "count_below": f"sum(1 for x in vals if x < {p.threshold})",
         "difference": f"sum(vals) - sum(number(r[n]) for r in rows if r[c] == {w!r} "
         "and number(r[n]) is not None)",
     }
+    # one index and one test a filtered column: c for the first, c2 for a second; a difference keeps the first
+    # value's rows in `picked` and sums the last value's in its own expression
+    names = ["c" if i == 0 else f"c{i + 1}" for i in range(len(p.where))]
+    tests = [
+        f"r[{name}] == {vs[0]!r}" if len(vs) == 1 or p.op == "difference" else f"r[{name}] in {vs!r}"
+        for name, (_, vs) in zip(names, p.where, strict=True)
+    ]
+    indices = ", ".join(f"header.index({col!r})" for col, _ in p.where)
     if p.op in ("argmax", "argmin"):
         pick = "max" if p.op == "argmax" else "min"
         compute = f"""out = header.index({p.report!r})
@@ -135,8 +176,8 @@ reader = csv.reader(lines, delimiter={shape.delimiter!r})
 table = list(reader)
 header = table[0]
 rows = [r for r in table[1:] if len(r) == len(header) and r != header]
-c, n = header.index({p.cond!r}), header.index({p.num!r})
-picked = [r for r in rows if r[c] == {v!r} and number(r[n]) is not None]
+{", ".join(names)}, n = {indices}, header.index({p.num!r})
+picked = [r for r in rows if {" and ".join(tests)} and number(r[n]) is not None]
 vals = [number(r[n]) for r in picked]
 pairs = [(x, i) for i, x in enumerate(vals)]
 print(len(rows), "rows;", len(vals), "picked, each with a number")

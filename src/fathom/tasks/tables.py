@@ -13,8 +13,11 @@ hold the delimiter and quotes are real)::
     SO-104233,North-East,lantern,12,3480,"Now, fair Hippolyta, our nuptial hour",2024-03-05
 
 ``table_aggregate`` asks the sum / min / max / mean (rounded to 2 decimals) of an integer column over the
-rows whose categorical column equals a value, or how many such rows have the integer above a threshold
-(metric ``numeric``). Cells without a value never count. Five phrasings per kind.
+rows whose categorical column equals a value, how many such rows have the integer above (or below) a
+threshold, or its range (largest minus smallest); and the total over rows whose categorical column holds
+either of two values, or whose two categorical columns hold one value each (metric ``numeric``). So the code
+that answers is written from the question's parts (a filter of one or two conditions, an operation), not
+copied from one shape per family. Cells without a value never count. Five phrasings per kind.
 
 For an expert: `read_table(document)` gives (header, rows) (it detects the delimiter and skips noise);
 `AGG_KINDS` parse questions. The compare family over the same tables is `fathom.tasks.table_compare`.
@@ -199,8 +202,16 @@ def number(cell: str) -> int | None:
     return None if cell in MISSING else int(cell)
 
 
-AGG_OPS = ("sum", "min", "max", "mean", "count_above")
-_T = {"num": r"[^']+", "cat": r"[^']+", "value": r"[^']+", "t": r"-?\d+"}
+AGG_OPS = ("sum", "min", "max", "mean", "count_above", "count_below", "range", "sum_either", "sum_both")
+_T = {
+    "num": r"[^']+",
+    "cat": r"[^']+",
+    "value": r"[^']+",
+    "other": r"[^']+",
+    "cat2": r"[^']+",
+    "value2": r"[^']+",
+    "t": r"-?\d+",
+}
 _SKIP = " Rows where '{num}' is empty or NA do not count."
 AGG_KINDS = {
     "sum": Phrasings(
@@ -266,23 +277,93 @@ AGG_KINDS = {
         ),
         _T,
     ),
+    "count_below": Phrasings(
+        (
+            "How many rows with '{cat}' equal to '{value}' have '{num}' less than {t}? Answer with a number.",
+            "Count the rows whose '{cat}' is '{value}' and whose '{num}' is under {t}.",
+            "Rows where '{cat}' = '{value}' and '{num}' < {t}: how many are there? Reply with one number.",
+            "For '{cat}' exactly '{value}', in how many rows is '{num}' strictly below {t}?",
+            "Number of rows with '{cat}' == '{value}' and '{num}' lower than {t}? Just the number.",
+        ),
+        _T,
+    ),
+    "range": Phrasings(
+        (
+            "What is the range of '{num}' (largest minus smallest) over the rows where '{cat}' is '{value}'?"
+            + _SKIP,
+            "Among rows whose '{cat}' equals '{value}', how far apart are the highest and the lowest '{num}'?"
+            + _SKIP
+            + " One number.",
+            "Compute max('{num}') - min('{num}') restricted to '{cat}' == '{value}'." + _SKIP,
+            "For '{cat}' = '{value}', take the greatest '{num}' and subtract the least one. Result?" + _SKIP,
+            "Spread of '{num}' for '{cat}' exactly '{value}': its maximum minus its minimum?" + _SKIP,
+        ),
+        _T,
+    ),
+    "sum_either": Phrasings(
+        (
+            "What is the sum of '{num}' over the rows where '{cat}' is '{value}' or '{other}'?"
+            + _SKIP
+            + " Answer with a number.",
+            "Add up '{num}' for every row whose '{cat}' is either '{value}' or '{other}'." + _SKIP,
+            "Total '{num}' for '{cat}' in ('{value}', '{other}'): what is it?"
+            + _SKIP
+            + " Reply with one number.",
+            "Rows with '{cat}' = '{value}' together with rows with '{cat}' = '{other}': what does '{num}' add "
+            "up to?" + _SKIP,
+            "Compute the combined total of '{num}' over the '{cat}' values '{value}' and '{other}'." + _SKIP,
+        ),
+        _T,
+    ),
+    "sum_both": Phrasings(
+        (
+            "What is the sum of '{num}' over the rows where '{cat}' is '{value}' and '{cat2}' is '{value2}'?"
+            + _SKIP
+            + " Answer with a number.",
+            "Add up '{num}' for every row whose '{cat}' equals '{value}' and whose '{cat2}' equals '{value2}'."
+            + _SKIP,
+            "Total '{num}' for '{cat}' = '{value}' and '{cat2}' = '{value2}': what is it?"
+            + _SKIP
+            + " Reply with one number.",
+            "Among rows with '{cat}' exactly '{value}', keep those with '{cat2}' exactly '{value2}': what does "
+            "'{num}' add up to?" + _SKIP,
+            "Compute the total of '{num}' restricted to '{cat}' == '{value}' and '{cat2}' == '{value2}'."
+            + _SKIP,
+        ),
+        _T,
+    ),
 }
-AGG_WEIGHTS = (0.35, 0.1, 0.1, 0.25, 0.2)  # min / max sit near a column's bounds: keep them rarer
+# min / max sit near a column's bounds: keep them rarer; the kinds that filter on two conditions or combine
+# two aggregates get as much weight as the one-filter total, so no one cell shape dominates the family
+AGG_WEIGHTS = (0.18, 0.06, 0.06, 0.12, 0.1, 0.1, 0.12, 0.13, 0.13)
 
 
 def aggregate(op: str, cells: Sequence[str], keep: Sequence[bool], t: int = 0) -> int | float:
     values = [v for c, k in zip(cells, keep, strict=True) if k and (v := number(c)) is not None]
     if not values:
         raise InvalidTaskError("no row matches the condition")
-    if op == "sum":
+    if op in ("sum", "sum_either", "sum_both"):
         return sum(values)
     if op == "min":
         return min(values)
     if op == "max":
         return max(values)
+    if op == "range":
+        return max(values) - min(values)
     if op == "mean":
         return round(statistics.fmean(values), 2)
+    if op == "count_below":
+        return sum(1 for v in values if v < t)
     return sum(1 for v in values if v > t)
+
+
+def keep_rows(header: list[str], rows: list[list[str]], op: str, s: dict[str, str]) -> list[bool]:
+    """Which rows a question's filter keeps: its value of `cat` (or either of two), and of `cat2` too."""
+    values = {s["value"], s["other"]} if op == "sum_either" else {s["value"]}
+    keep = [c in values for c in column(header, rows, s["cat"])]
+    if op == "sum_both":
+        keep = [k and c == s["value2"] for k, c in zip(keep, column(header, rows, s["cat2"]), strict=True)]
+    return keep
 
 
 def setup(rng: random.Random, family: str, length_tokens: int, difficulty: str, corpora: Corpora):
@@ -302,12 +383,27 @@ def generate_agg(seed: int, length_tokens: int, difficulty: str, corpora: Corpor
     ci = rng.randrange(2)
     cat, num = table.cat_cols[ci], rng.choice(table.num_cols)
     value = rng.choice(present_values(table, cat, num))
-    keep = [c == value for c in column(table.header, table.rows, cat)]
+    slots = {
+        "num": num,
+        "cat": cat,
+        "value": value,
+        "other": "",
+        "cat2": table.cat_cols[1 - ci],
+        "value2": "",
+    }
+    if op == "sum_either":
+        slots["other"] = rng.choice([v for v in present_values(table, cat, num) if v != value])
+    if op == "sum_both":  # a value of the other column that some kept row holds with a number
+        pairs = zip(*(column(table.header, table.rows, c) for c in (cat, slots["cat2"], num)), strict=True)
+        slots["value2"] = rng.choice(
+            sorted({c2 for c, c2, n in pairs if c == value and number(n) is not None})
+        )
+    keep = keep_rows(table.header, table.rows, op, slots)
     cells = column(table.header, table.rows, num)
     present = sorted(number(c) for c, k in zip(cells, keep, strict=True) if k and number(c) is not None)
     t = present[rng.randrange(len(present))] if present else 0  # any count from 0 to the group's size
     answer = aggregate(op, cells, keep, t)
-    question = AGG_KINDS[op].write(rng, num=num, cat=cat, value=value, t=t)
+    question = AGG_KINDS[op].write(rng, t=t, **slots)
     meta = {"kind": op, "rows": len(table.rows), "delimiter": style.delimiter, "case": style.case}
     return make_task(
         "table_aggregate", seed, length_tokens, difficulty, question, answer, "numeric", document, meta
@@ -317,7 +413,8 @@ def generate_agg(seed: int, length_tokens: int, difficulty: str, corpora: Corpor
 def solve_agg(question: str, document: str) -> int | float:
     op, s = formats.parse_kind(AGG_KINDS, question)
     header, rows = read_table(document)
-    keep = [c == s["value"] for c in column(header, rows, s["cat"])]
+    slots = {"other": "", "cat2": "", "value2": "", **s}
+    keep = keep_rows(header, rows, op, slots)
     return aggregate(op, column(header, rows, s["num"]), keep, int(s.get("t", 0)))
 
 
@@ -330,7 +427,7 @@ def wrong_agg(task: Task, document: str) -> list[int | float | str]:
 
 FAMILY = Family(
     "table_aggregate",
-    "delimited tables: sum / min / max / mean / count over rows matching a condition",
+    "delimited tables: sum / min / max / mean / range / count over rows matching one or two conditions",
     generate_agg,
     solve_agg,
     wrong_agg,
