@@ -180,6 +180,10 @@ SFT_EVAL_REP_PENALTY=${PROOF_SFT_EVAL_REPETITION_PENALTY:-}
 # trained: a reader of its own, a LoRA on the base model trained on SFT's recorded reader calls alone
 # (sft.rows=reader: the rows are the whole loss, where inside the student's SFT they were ~2% of it, run 17),
 # reads the SFT model's calls (rlm-sft-tr, beside rlm-sft: the same moves, another reader); all: both and trained
+# both: every evaluation runs on both held-out splits; unseen: on the unseen families' split alone (a lease
+# too short for both, where the training families' figures of the same settings are already measured)
+EVAL_SPLITS=${PROOF_EVAL_SPLITS:-both}
+case $EVAL_SPLITS in both|unseen) ;; *) echo "PROOF_EVAL_SPLITS must be both or unseen" >&2; exit 2 ;; esac
 EVAL_READER=${PROOF_EVAL_READER:-own}
 case $EVAL_READER in own|both|trained|all) ;; *) echo "PROOF_EVAL_READER must be own, both, trained or all" >&2; exit 2 ;; esac
 UNTRAINED_READER=$([[ $EVAL_READER =~ ^(both|all)$ ]] && echo 1 || echo 0)
@@ -242,12 +246,13 @@ evaluate() { # NAME POLICY MODEL LABEL [PENALTY [READER]]: both held-out splits,
   local budget=()
   [ "$2" = rlm ] && budget=(--max-turns "$TURNS" --max-new-tokens "$NEW" --sub-max-input-tokens "$SUB_INPUT")
   [ -n "${6:-}" ] && budget+=(--reader-model "$6")
-  fathom eval --policy "$2" --model "$3" --label "$4" \
-    --tasks "$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl" --out "$D/eval/$1" "$D/eval/$1-unseen" \
+  local tasks=("$D/data/heldout.jsonl" "$D/data/heldout_unseen.jsonl") outs=("$D/eval/$1" "$D/eval/$1-unseen")
+  if [ "$EVAL_SPLITS" = unseen ]; then tasks=("${tasks[1]}") outs=("${outs[1]}"); fi
+  fathom eval --policy "$2" --model "$3" --label "$4" --tasks "${tasks[@]}" --out "${outs[@]}" \
     --device "$DEVICE" --batch-size "$EVAL_BATCH" "${budget[@]}" --generation-mode "$GEN_MODE" \
     --dtype "$EVAL_DTYPE" --vllm-memory "$MEM" --vllm-kv-cache-gib "$KV_GIB" --overwrite --no-progress \
     --repetition-penalty "${5:-$EVAL_REP_PENALTY}" > "$D/logs/eval-$1.log" 2>&1
-  for out in "$D/eval/$1" "$D/eval/$1-unseen"; do keep "$out/summary.json" "$out/eval.jsonl"; done
+  for out in "${outs[@]}"; do keep "$out/summary.json" "$out/eval.jsonl"; done
   if [ -f "$D/eval/$1-unseen/traces.jsonl" ]; then  # whole episodes of the unseen families (rlm rows)
     head -n 24 "$D/eval/$1-unseen/traces.jsonl" > "$D/eval/$1-unseen/traces_sample.jsonl"
     keep "$D/eval/$1-unseen/traces_sample.jsonl"
@@ -269,7 +274,7 @@ stage_data() {
 stage_settings() { # what this run resolved, into the progress log
   log "settings: model=$MODEL scale=${PROOF_SCALE:-full} sft: lora=$SFT_LORA (r=$SFT_LORA_R) tasks=$SFT_TASKS ($SFT_TASK_SOURCE) epochs=$SFT_EPOCHS batch=$SFT_BATCH x$SFT_ACCUM lr=$SFT_LR entropy_floor=$SFT_ENTROPY_FLOOR min_epochs=$SFT_MIN_EPOCHS teacher_slips=$SFT_TEACHER_SLIPS reader_ratio=$SFT_READER_RATIO reader_batches=$SFT_READER_BATCHES;" \
     "grpo: runs=$GRPO_RUNS micro=$MICRO accum=$ACCUM lr=$GRPO_LR lr_b=$GRPO_LR_B gpu_share=$GRPO_GPU_SHARE subcall_rows=$SUBCALL_ROWS subcall_checkpointing=$SUBCALL_CHECKPOINTING; rollout: turns=$TURNS new=$NEW total=$TOTAL sub_input=$SUB_INPUT;" \
-    "eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER$([ "$TRAINED_READER" = 1 ] && echo " (reader sft: ratio $READER_SFT_RATIO x$READER_SFT_EPOCHS lr $READER_SFT_LR)"); grpo_reader=$GRPO_READER;" "baselines=$BASELINES; teacher_reader=$TEACHER_READER; grpo_finals=$GRPO_FINALS;" \
+    "eval_splits=$EVAL_SPLITS eval_repetition_penalty=$EVAL_REP_PENALTY sft_eval_repetition_penalty=${SFT_EVAL_REP_PENALTY:-none};" "eval_reader=$EVAL_READER$([ "$TRAINED_READER" = 1 ] && echo " (reader sft: ratio $READER_SFT_RATIO x$READER_SFT_EPOCHS lr $READER_SFT_LR)"); grpo_reader=$GRPO_READER;" "baselines=$BASELINES; teacher_reader=$TEACHER_READER; grpo_finals=$GRPO_FINALS;" \
     "budget=${BUDGET_S}s final_reserve=${FINAL_RESERVE_S}s"
   # what `bring` packs as this run's settings: read here, where the run starts, not from the bring call's
   # environment; a run directory keeps the settings it began with (its done stages were made with them)
