@@ -6,8 +6,10 @@ the terms the question names and print their lines, follow identifiers the hits 
 (digits, counts, pairs) or hand a small set of lines to `llm()` with the question, notice an empty or
 doubtful result and try another way, and answer with FINAL. Which moves it plays depends on what it sees:
 ``Field: value`` records whose categories the head lists are parsed and labelled by `llm()` in chunks, then
-aggregated as the question asks; short one-line facts are gathered and read as a story; identifiers are
-followed to every line they reach; anything else falls back to the lines sharing the question's words.
+aggregated as the question asks; a delimited table (`fathom.policies.tabular`) and a log
+(`fathom.policies.log_entries`) are parsed, filtered and computed in code; short one-line facts are gathered
+and read as a story; identifiers are followed to every line they reach; anything else falls back to the
+lines sharing the question's words.
 
 A strategy is a generator (``obs = yield turn_text``); `teacher_turn(conversation)` replays it from the
 start over the observations so far, so the policy is a pure function of the conversation text. Wording and
@@ -40,6 +42,7 @@ from fathom.policies.excerpts import (
     read_cell,
     useful,
 )
+from fathom.policies.log_entries import answer_cell, log_question, log_shape, parse_cell, parse_services
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
 from fathom.policies.slips import with_slips
@@ -116,6 +119,13 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
     if shape and table_plan:
         yield table_cell(rng, shape, table_plan)
         return
+    log, ask = log_shape(sight), log_question(q)
+    if log and ask:
+        obs = yield parse_cell(rng)
+        cell = answer_cell(rng, log, ask, parse_services(obs))
+        if cell:  # no listed service fits the question: the search below looks for its words instead
+            yield cell
+            return
     terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
