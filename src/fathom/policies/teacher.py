@@ -46,6 +46,7 @@ from fathom.policies.log_entries import answer_cell, log_question, log_shape, pa
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
 from fathom.policies.slips import with_slips
+from fathom.policies.source_code import code_cell, code_question, code_shape
 from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.rollout.chat import ChatFormat
 
@@ -126,6 +127,9 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
         if cell:  # no listed service fits the question: the search below looks for its words instead
             yield cell
             return
+    code = code_question(q) if code_shape(sight) else None
+    if code:  # it FINALs what it finds; where it finds nothing, the search below goes on
+        yield code_cell(rng, code)
     terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
