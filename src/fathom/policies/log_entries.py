@@ -27,21 +27,12 @@ from fathom.policies.moves import turn
 
 LEVELS = {"error": "error", "warn": "warn", "warning": "warn", "info": "info", "debug": "debug"}
 RID = r"\b[0-9a-f]{8}\b"
-# timestamp patterns -> the code that reads one into (month, day, hour, minute, second); a log's first entry
-# picks which one a cell carries
+# timestamp patterns -> the strptime format of what they match (a cell reads a time with the one pattern the
+# head showed; a syslog time has no year, so the question's year is put in front of it)
 WHEN = {
-    "iso": (
-        r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)",
-        "(int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]))",
-    ),
-    "clf": (
-        r"(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d)",
-        "(MONTHS.index(m[2]) + 1, int(m[1]), int(m[4]), int(m[5]), int(m[6]))",
-    ),
-    "syslog": (
-        r"\b([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)",
-        "(MONTHS.index(m[1]) + 1, int(m[2]), int(m[3]), int(m[4]), int(m[5]))",
-    ),
+    "iso": (r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", "%Y-%m-%d %H:%M:%S"),
+    "clf": (r"\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d", "%d/%b/%Y:%H:%M:%S"),
+    "syslog": (r"[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d", "%Y %b %d %H:%M:%S"),
 }
 _CUTOFF = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
 _NEGATIVE = re.compile(r"\b(not|never|no|none)\b")
@@ -59,15 +50,17 @@ def _level_at(tokens: list[str]) -> int | None:
 
 @dataclass(frozen=True)
 class LogShape:
+    level: int  # the whitespace field that holds an entry's level, as the head's first entry shows it
+    service: int  # the field beside it that is not the request id
     when: str  # a key of WHEN, or "" where the first entry shows none of them
 
 
 @dataclass(frozen=True)
 class LogAsk:
     op: str  # count, count_after, exists, next, prev
-    level: str = ""  # a LEVELS value; "" for next / prev
+    level: str = ""  # the question's level word as it writes it ("WARNING"); "" for next / prev
     names: tuple[str, ...] = ()  # the question's words that may name a service
-    cutoff: tuple[int, ...] = ()  # (month, day, hour, minute, second) for count_after
+    cutoff: tuple[int, ...] = ()  # (year, month, day, hour, minute, second) for count_after
     rid: str = ""  # the anchor entry's request id for next / prev
     options: tuple[str, str] = ("", "")  # exists: the answer when there is one, and when there is none
 
@@ -78,13 +71,20 @@ def log_shape(sight: Sight) -> LogShape | None:
     # a third: tracebacks and stack frames between entries are lines of their own
     if len(entries) < 3 or len(entries) < len(lines) / 3:
         return None
+    fields = [_field(t) for t in entries[0].split()]
+    level = _level_at(entries[0].split())
+    rid = re.search(RID, entries[0])
+    assert level is not None and rid is not None
+    service = level + 1 if level + 1 < len(fields) and rid.group() not in fields[level + 1] else level - 1
+    if service < 0:
+        return None
     when = next((k for k, (pattern, _) in WHEN.items() if re.search(pattern, entries[0])), "")
-    return LogShape(when)
+    return LogShape(level, service, when)
 
 
 def log_question(q: Question) -> LogAsk | None:
     lower = q.text.lower()
-    level = next((LEVELS[w] for w in re.findall(r"[a-z]+", lower) if w in LEVELS), "")
+    level = next((w for w in re.findall(r"[A-Za-z]+", q.text) if w.lower() in LEVELS), "")
     names = tuple(dict.fromkeys(w for w in re.findall(r"[a-z][\w-]*[a-z0-9]", lower) if w not in LEVELS))
     rid = re.findall(RID, q.text)
     if rid and re.search(r"request", lower):
@@ -98,7 +98,7 @@ def log_question(q: Question) -> LogAsk | None:
     if re.search(r"how many|count|number of", lower):
         cutoff = _CUTOFF.search(q.text)
         if cutoff and re.search(r"\b(after|later than)\b", lower):
-            return LogAsk("count_after", level, names, tuple(int(x) for x in cutoff.groups()[1:]))
+            return LogAsk("count_after", level, names, tuple(int(x) for x in cutoff.groups()))
         return LogAsk("count", level, names)
     options = [o for o in q.quoted if o.strip()]
     if len(options) == 2:
@@ -108,27 +108,25 @@ def log_question(q: Question) -> LogAsk | None:
     return None
 
 
-def parse_cell(rng: random.Random) -> str:
+def parse_cell(rng: random.Random, shape: LogShape) -> str:
+    k, j = shape.level, shape.service
     code = f"""
 import re
-levels = {tuple(LEVELS)!r}
 entries = []
 for line in ctx.splitlines():
-    f = [t.strip("[]<>:,").split("=")[-1].split("[")[0] for t in line.split()[:8]]
-    at = [i for i, t in enumerate(f) if t.lower() in levels]
+    f = [t.strip("[]<>:,").split("=")[-1].split("[")[0] for t in line.split()]
     rid = re.search(r"{RID}", line)
-    if at and rid:
-        i = at[0]
-        near = [t for t in f[i + 1 : i + 2] + f[i - 1 : i] if rid.group() not in t]
-        entries.append((f[i].lower()[:4], (near + [""])[0], rid.group(), line))
+    if rid and len(f) > {max(k, j)} and f[{k}].isalpha():
+        entries.append((f[{k}].lower()[:4], f[{j}], rid.group(), line))
 print(len(entries), "entries; services:", sorted({{e[1] for e in entries}}))
+print("levels:", sorted({{e[0] for e in entries}}))
 """
     return turn(
         rng,
         (
-            "A log: I parse its entries in code and list the services.",
-            "A log file; counting is a job for code. First the entries and services.",
-            "Log lines with a level and a request id: parse them, list the services.",
+            f"A log: I parse its entries in code (level in field {k}, service in field {j}).",
+            f"A log file; counting is for code. Level is field {k} of an entry, its service field {j}.",
+            f"Log lines with a level and a request id: parse them (level field {k}, service {j}).",
         ),
         code,
     )
@@ -147,17 +145,20 @@ def answer_cell(rng: random.Random, shape: LogShape, ask: LogAsk, services: list
         return None
     test = f"e[1] == {service!r}" if service else "True"
     if ask.op in ("count", "count_after", "exists"):
-        test += f" and e[0] == {ask.level[:4]!r}"
+        test += f" and e[0] == {ask.level!r}.lower()[:4]"  # WARNING and Warn are one level
     when = ""
     if ask.op == "count_after":
         if not shape.when:
             return None
-        pattern, read = WHEN[shape.when]
-        test += f" and when(e[3]) > {ask.cutoff!r}"
-        when = f"""MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        pattern, fmt = WHEN[shape.when]  # an ISO time may have a T for its space; a syslog time has no year
+        stamp = {"iso": 'stamp.replace("T", " ")', "syslog": f"{f'{ask.cutoff[0]} '!r} + stamp"}.get(
+            shape.when, "stamp"
+        )
+        test += f" and when(e[3]) > {ask.cutoff[1:]!r}"
+        when = f"""from datetime import datetime
 def when(line):
-    m = re.search(r"{pattern}", line)
-    return {read}
+    stamp = re.search(r"{pattern}", line).group()
+    return datetime.strptime({stamp}, "{fmt}").timetuple()[1:6]
 """
     if ask.op == "exists":
         yes, no = ask.options

@@ -10,8 +10,9 @@ writes one cell that computes the answer and FINALs it (and prints what it found
 nothing: the teacher then searches as it would without this move):
 
 - callers: each top-level ``def`` opens a block that ends at the next line at the margin; a block calls the
-  name when one of its lines, with string literals and the comment cut off, has ``name(`` not preceded by a
-  letter, digit, underscore or dot (``pre_name(``, ``obj.name(`` and ``name_async(`` are other functions);
+  name when one of its lines, with string literals and the comment cut off, has ``name(`` (spaces allowed
+  before the bracket) not preceded by a letter, digit, underscore or dot (``pre_name(``, ``obj.name(`` and
+  ``name_async(`` are other functions);
 - final: the top-level ``NAME = ...`` lines (never commented ones) of the constant and of the constants its
   right-hand sides name, run in document order;
 - default: the ``def`` line of a question word whose parameter list gives another question word a default.
@@ -67,7 +68,7 @@ def code_cell(rng: random.Random, ask: CodeAsk) -> str:
         (name,) = ask.names
         code = f"""
 import re
-call = re.compile(r"(?<![\\w.]){name}\\(")
+call = re.compile(r"(?<![\\w.])" + {name!r} + r"\\s*\\(")
 blocks, current = {{}}, None
 for line in ctx.splitlines():
     if line[:1] not in ("", " ", "\\t"):

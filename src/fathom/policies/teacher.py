@@ -122,19 +122,21 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
         return
     log, ask = log_shape(sight), log_question(q)
     if log and ask:
-        obs = yield parse_cell(rng)
+        obs = yield parse_cell(rng, log)
         cell = answer_cell(rng, log, ask, parse_services(obs))
         if cell:  # no listed service fits the question: the search below looks for its words instead
             yield cell
             return
-    code = code_question(q) if code_shape(sight) else None
-    if code:  # it FINALs what it finds; where it finds nothing, the search below goes on
-        yield code_cell(rng, code)
     terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
     yield from _compute(q, rng, sight, hits)
+    code = code_question(q) if code_shape(sight) else None
+    if (
+        code
+    ):  # after the search, which showed the lines it parses; it FINALs what it finds, else reading goes on
+        yield code_cell(rng, code)
     found = parse_ids(obs)  # what it printed decides whether to follow: nothing the student cannot see
     on_headings = _heading_prefixes(_rare_first(found, hits, FOLLOW_LIMIT), hits, sight.heading_prefixes())
     shown = [line for _, lines in hits.values() for line in lines]
