@@ -66,11 +66,11 @@ def test_the_check_finds_the_lines_run_13s_student_broke():
     [
         ("bundle_locate", 0),  # heading prefixes kept beside the hits
         ("manual_default", 1),
-        ("logs_count", 0),  # the reading cell
+        ("logs_count", 0),  # the log cells
         ("table_aggregate", 0),  # the table cell
         ("jsonl_join", 0),  # unseen families
         ("glossary_defined", 1),
-        ("code_calls", 0),
+        ("code_calls", 0),  # the source-code cell
         ("table_compare", 1),
     ],
 )

@@ -24,6 +24,10 @@ TASKS = [
     ("email_manager", 2, 8192),
     ("config_lookup", 0, 8192),
     ("glossary_lookup", 3, 32768),
+    # the code moves' cells: a table's filter and operation, a log parsed into entries, Python searched
+    ("table_aggregate", 0, 8192),
+    ("logs_count", 1, 8192),
+    ("code_value", 2, 8192),
 ]
 
 
