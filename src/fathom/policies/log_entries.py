@@ -2,18 +2,21 @@
 neighbouring entries are computed in code, never read by llm().
 
 `log_shape(sight)` says whether the look move's printout shows log entries (lines with a level word among
-their first fields and an 8-hex request id), and which timestamp pattern of `WHEN` their first entry
-matches. `log_question(q)` reads what the question asks of such a log (a count of a level, optionally after
-a time; whether any such entry exists; the request id of the entry after or before a given one), or None.
-`parse_cell(rng)` writes the first cell: every line with a level and a request id becomes an entry (the
-level's first four letters, service, request id, line), and it prints the services it found, so that the
-second cell names a service the document really has (the question's words are matched exactly against that
-list: ``billing-api`` is not ``billing-api-canary``). `answer_cell(rng, shape, ask, services)` writes the
-second cell, which filters the entries, computes and FINALs; None when no listed service fits the question.
+their first fields and an 8-hex request id) and, from the first of them, which whitespace field holds the
+level, which the service (the field beside the level that is not the request id), and which timestamp
+pattern of `WHEN` the line matches. `log_question(q)` reads what the question asks of such a log (a count of
+a level, optionally after a time; whether any such entry exists; the request id of the entry after or before
+a given one), or None. `parse_cell(rng, shape)` writes the first cell: every line with a request id and a word
+in the level's field becomes an entry (the level's first four letters, service, request id, line), and it
+prints the services it found, so that the second cell names a service the document really has (the
+question's words are matched exactly against that list: ``billing-api`` is not ``billing-api-canary``).
+`answer_cell(rng, shape, ask, services)` writes the second cell, which filters the entries, computes and
+FINALs (a walk that finds no entry does not FINAL); None when no listed service fits the question.
 
 It knows no generator: the level words, the request-id shape and the three timestamp patterns are what log
-lines commonly hold, an entry's service is the field beside its level that is not its request id, and the
-question's words choose the operation. This module only writes text.
+lines commonly hold, the fields are where the head's first entry has them, and the question's words choose
+the operation. Its cells name only what the question or an earlier printout showed (the grounding check),
+and comparisons use the question's own level word. This module only writes text.
 """
 
 from __future__ import annotations
@@ -170,13 +173,13 @@ FINAL({yes!r} if picked else {no!r})"""
 print(len(picked), "entries match;", picked[:2])
 FINAL(len(picked))"""
     else:
-        step = "range(at + 1, len(entries))" if ask.op == "next" else "range(at - 1, -1, -1)"
+        step = "range(at[0] + 1, len(entries))" if ask.op == "next" else "range(at[0] - 1, -1, -1)"
         compute = f"""at = [i for i, e in enumerate(entries) if e[2] == {ask.rid!r}]
 print(len(at), "entries with that request id")
-at = at[0]
-found = [e for e in (entries[i] for i in {step}) if {test}]
+found = [e for e in (entries[i] for i in {step}) if {test}] if at else []
 print(found[:1])
-FINAL(found[0][2])"""
+if found:
+    FINAL(found[0][2])"""
     return turn(
         rng,
         (

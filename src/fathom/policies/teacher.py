@@ -124,9 +124,10 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
     if log and ask:
         obs = yield parse_cell(rng, log)
         cell = answer_cell(rng, log, ask, parse_services(obs))
-        if cell:  # no listed service fits the question: the search below looks for its words instead
+        if (
+            cell
+        ):  # it FINALs what it finds; where it finds nothing, or no listed service fits, the search goes on
             yield cell
-            return
     terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
