@@ -7,9 +7,10 @@ the terms the question names and print their lines, follow identifiers the hits 
 doubtful result and try another way, and answer with FINAL. Which moves it plays depends on what it sees:
 ``Field: value`` records whose categories the head lists are parsed and labelled by `llm()` in chunks, then
 aggregated as the question asks; a delimited table (`fathom.policies.tabular`) and a log
-(`fathom.policies.log_entries`) are parsed, filtered and computed in code; short one-line facts are gathered
-and read as a story; identifiers are followed to every line they reach; anything else falls back to the
-lines sharing the question's words.
+(`fathom.policies.log_entries`) are parsed, filtered and computed in code, and Python source is searched by
+its syntax after the search move (`fathom.policies.source_code`); short one-line facts are gathered and read
+as a story; identifiers are followed to every line they reach; anything else falls back to the lines sharing
+the question's words.
 
 A strategy is a generator (``obs = yield turn_text``); `teacher_turn(conversation)` replays it from the
 start over the observations so far, so the policy is a pure function of the conversation text. Wording and
@@ -124,9 +125,8 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
     if log and ask:
         obs = yield parse_cell(rng, log)
         cell = answer_cell(rng, log, ask, parse_services(obs))
-        if (
-            cell
-        ):  # it FINALs what it finds; where it finds nothing, or no listed service fits, the search goes on
+        # it FINALs what it finds; where it finds nothing, or no listed service fits, the search goes on
+        if cell:
             yield cell
     terms = list(dict.fromkeys([*q.searched, *q.anchors, *q.snake, *q.names, *q.things]))[:8]
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
