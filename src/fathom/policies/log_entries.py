@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fathom.policies.looking import Question, Sight
 from fathom.policies.moves import turn
 
-LEVELS = {"error": "error", "warn": "warn", "warning": "warn", "info": "info", "debug": "debug"}
+LEVELS = frozenset({"error", "warn", "warning", "info", "debug"})  # a level field's words, in any case
 RID = r"\b[0-9a-f]{8}\b"
 # timestamp patterns -> the strptime format of what they match (a cell reads a time with the one pattern the
 # head showed; a syslog time has no year, so the question's year is put in front of it)
@@ -70,18 +70,20 @@ class LogAsk:
 
 def log_shape(sight: Sight) -> LogShape | None:
     lines = [line for line in sight.head.splitlines()[:-1] if line.strip()]  # the head's last line is cut
-    entries = [line for line in lines if _level_at(line.split()) is not None and re.search(RID, line)]
+    entries = [
+        (line, level, rid)
+        for line in lines
+        if (level := _level_at(line.split())) is not None and (rid := re.search(RID, line))
+    ]
     # a third: tracebacks and stack frames between entries are lines of their own
     if len(entries) < 3 or len(entries) < len(lines) / 3:
         return None
-    fields = [_field(t) for t in entries[0].split()]
-    level = _level_at(entries[0].split())
-    rid = re.search(RID, entries[0])
-    assert level is not None and rid is not None
+    first, level, rid = entries[0]
+    fields = [_field(t) for t in first.split()]
     service = level + 1 if level + 1 < len(fields) and rid.group() not in fields[level + 1] else level - 1
     if service < 0:
         return None
-    when = next((k for k, (pattern, _) in WHEN.items() if re.search(pattern, entries[0])), "")
+    when = next((k for k, (pattern, _) in WHEN.items() if re.search(pattern, first)), "")
     return LogShape(level, service, when)
 
 
