@@ -16,7 +16,8 @@ POLICIES = Path(__file__).parents[2] / "src" / "fathom" / "policies"
 
 
 @pytest.mark.parametrize(
-    "module", ["teacher.py", "moves.py", "looking.py", "tabular.py", "log_entries.py", "source_code.py"]
+    "module",
+    ["teacher.py", "moves.py", "looking.py", "tabular.py", "log_entries.py", "source_code.py", "json_records.py"],
 )
 def test_the_teacher_imports_no_task_knowledge(module):
     tree = ast.parse((POLICIES / module).read_text())
@@ -53,11 +54,11 @@ def test_the_teachers_wording_and_moves_vary(rows):
 
 
 # table_compare is left out: the teacher's plan misses some of its kinds ("which is larger", "exceeds")
-CODE_MOVES = ("table_aggregate", "logs_count", "code_value", "logs_next", "code_calls")
+CODE_MOVES = ("table_aggregate", "logs_count", "code_value", "jsonl_lookup", "logs_next", "code_calls")
 
 
-def test_tables_logs_and_source_are_answered_in_code_grounded_with_no_llm_call():
-    """The three code moves, on training families (what SFT shows) and the unseen ones they lead to: right,
+def test_tables_logs_records_and_source_are_answered_in_code_grounded_with_no_llm_call():
+    """The four code moves, on training families (what SFT shows) and the unseen ones they lead to: right,
     with no reading, so no reader can lose them, and grounded on the training families (SFT keeps them)."""
     tasks = [
         generate_task(f, 70 + i, 8192, ("easy", "medium", "hard")[i % 3])
@@ -67,4 +68,4 @@ def test_tables_logs_and_source_are_answered_in_code_grounded_with_no_llm_call()
     rows = TeacherPolicy().run(tasks)
     assert [(r["family"], r["correct"], r["llm_calls"]) for r in rows] == [(t.family, True, 0) for t in tasks]
     # grounded where SFT trains (an unseen family's cell may name `def ` before a search has shown it)
-    assert all(r["grounded"] for r in rows if r["family"] in CODE_MOVES[:3])
+    assert all(r["grounded"] for r in rows if r["family"] in CODE_MOVES[:4])

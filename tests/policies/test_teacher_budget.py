@@ -24,10 +24,12 @@ TASKS = [
     ("email_manager", 2, 8192),
     ("config_lookup", 0, 8192),
     ("glossary_lookup", 3, 32768),
-    # the code moves' cells: a table's filter and operation, a log parsed into entries, Python searched
+    # the code moves' cells: a table's filter and operation, a log parsed into entries, Python searched, JSON
+    # records indexed by the question's words and filtered (seed 4 asks an arg-max)
     ("table_aggregate", 0, 8192),
     ("logs_count", 1, 8192),
     ("code_value", 2, 8192),
+    ("jsonl_lookup", 4, 8192),
 ]
 
 

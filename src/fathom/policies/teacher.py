@@ -43,6 +43,8 @@ from fathom.policies.excerpts import (
     read_cell,
     useful,
 )
+from fathom.policies.json_records import answer_cell as records_cell
+from fathom.policies.json_records import index_cell, json_shape, records_ask, terms_of
 from fathom.policies.log_entries import answer_cell, log_question, log_shape, parse_cell, parse_services
 from fathom.policies.looking import Question, Sight, parse_look, read_question
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
@@ -116,6 +118,12 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
     if llm_ok and fields and q.quoted and set(q.quoted) & set(categories):
         yield from _records(q, rng, sight, fields, categories)
         return
+    records = json_shape(sight)
+    if records:
+        obs = yield index_cell(rng, terms_of(q))
+        ask = records_ask(q, records, obs)
+        if ask:  # it FINALs the one record that fits; where none or several do, the search goes on
+            yield records_cell(rng, ask)
     shape = table_shape(sight)
     table_plan = plan(q, shape) if shape else None
     if shape and table_plan:
