@@ -17,7 +17,15 @@ POLICIES = Path(__file__).parents[2] / "src" / "fathom" / "policies"
 
 @pytest.mark.parametrize(
     "module",
-    ["teacher.py", "moves.py", "looking.py", "tabular.py", "log_entries.py", "source_code.py", "json_records.py"],
+    [
+        "teacher.py",
+        "moves.py",
+        "looking.py",
+        "tabular.py",
+        "log_entries.py",
+        "source_code.py",
+        "json_records.py",
+    ],
 )
 def test_the_teacher_imports_no_task_knowledge(module):
     tree = ast.parse((POLICIES / module).read_text())
@@ -53,8 +61,15 @@ def test_the_teachers_wording_and_moves_vary(rows):
     assert any(t["subcalls"] for r in rows for t in r["trace"]["turns"])  # it delegates some reading
 
 
-# table_compare is left out: the teacher's plan misses some of its kinds ("which is larger", "exceeds")
-CODE_MOVES = ("table_aggregate", "logs_count", "code_value", "jsonl_lookup", "logs_next", "code_calls")
+CODE_MOVES = (
+    "table_aggregate",
+    "logs_count",
+    "code_value",
+    "jsonl_lookup",
+    "logs_next",
+    "code_calls",
+    "table_compare",
+)
 
 
 def test_tables_logs_records_and_source_are_answered_in_code_grounded_with_no_llm_call():

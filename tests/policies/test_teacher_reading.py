@@ -77,6 +77,44 @@ Sales|250|Oslo|E5"""
             (("dept", ("Sales", "Support")),),
             310,
         ),
+        (
+            "By how much does the sum of 'max temp' for 'dept' 'Support' exceed the sum for 'Sales'?",
+            "difference",
+            (("dept", ("Support", "Sales")),),
+            -310,
+        ),
+        # which of two values has the larger (smaller) total: the value, not a number
+        (
+            "Between 'Rome' and 'Oslo' (column 'city'), which has the greater sum of 'max temp'?",
+            "larger",
+            None,
+            "Oslo",
+        ),
+        (
+            "Summing 'max temp' per 'city', is the total lower for 'Rome' or for 'Oslo'?",
+            "smaller",
+            None,
+            "Rome",
+        ),
+        # whether any row passes a threshold: found / not found, never a count
+        (
+            "Is there any row where 'dept' is 'Sales' and 'max temp' is greater than 240?",
+            "exists_above",
+            None,
+            "found",
+        ),
+        (
+            "Search for a row with 'city' exactly 'Rome' and 'max temp' strictly above 150.",
+            "exists_above",
+            None,
+            "not found",
+        ),
+        (
+            "Does the table contain a row with 'dept' = 'Support' whose 'max temp' is below 50?",
+            "exists_below",
+            None,
+            "found",
+        ),
     ],
 )
 def test_the_table_plan_composes_its_filter_and_operation_from_the_question(question, op, where, answer):

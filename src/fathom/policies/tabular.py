@@ -5,8 +5,9 @@ delimiter, one of ``, ; | tab``, splits the following lines into as many cells) 
 numbers in the sampled rows. `plan(q, shape)` matches the question's quoted names to that header: the
 columns it names, the values it filters on (each with the column quoted nearest before it: two values of
 one column are either-or, values of two columns must both hold), the column it asks to report, and the
-operation its words ask for (a total, least, greatest, mean, range, a count above or below a threshold, the
-difference of two totals, or the row with the top or bottom value). `table_cell(rng, shape, plan)` writes
+operation its words ask for (a total, least, greatest, mean, range, a count above or below a threshold,
+whether any row passes one, the difference of two totals or which of two is larger or smaller, or the row
+with the top or bottom value). `table_cell(rng, shape, plan)` writes
 the cell from those parts: `csv` parses every row with as many cells as the header, the filter and the
 arithmetic run in code, and it FINALs.
 
@@ -28,7 +29,12 @@ DELIMITERS = (",", ";", "|", "\t")
 _EMPTY = ("", "na", "n/a", "null", "none", "-")  # cells a numeric column leaves without a value
 _LEAST = r"\b(least|lowest|smallest|minimum|min|bottom|fewest)\b"
 _MOST = r"\b(most|highest|largest|greatest|maximum|max|top|biggest)\b"
+_MORE = r"\b(larger|more|higher|greater|bigger)\b"
+_FEWER = r"\b(smaller|less|lower|fewer)\b"
 _RANGE = r"\brange\b|\bspread\b|how far apart|max\([^)]*\) - min\(|\b(greatest|highest|largest|maximum)\b.*\bsubtract"
+
+
+_TWO_TOTALS = ("difference", "larger", "smaller")  # ops on the totals of two values of one column
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,9 @@ class Shape:
 
 @dataclass(frozen=True)
 class Plan:
-    op: str  # sum, min, max, mean, range, count_above, count_below, difference, argmax, argmin
+    # sum, min, max, mean, range, count_above, count_below, difference, argmax, argmin; larger / smaller (which
+    # of two values has the larger / smaller total), exists_above / exists_below (any row past a threshold)
+    op: str
     num: str
     where: tuple[tuple[str, tuple[str, ...]], ...]  # (column, its values) in the question's order
     report: str = ""  # the column an arg-max / arg-min answers with
@@ -101,15 +109,20 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         lower = lower.replace(f"'{name.lower()}'", "''").replace(f'"{name.lower()}"', '""')
     report = next((c for c in others if c not in where), "")
     num = nums[0]
-    above = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)
+    above = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)  # "strictly above 63"
     below = re.search(r"(?:less than|lower than|under|below|<)\s*(-?\d+)", lower)
     counting = re.search(r"how many|count|number of", lower)
     two_values = any(len(vs) >= 2 for vs in where.values())
-    if report and re.search(_MOST, lower):
+    existence = re.search(r"\bis there\b|\bany\b|\bexists?\b|\bcontain|\bwhether\b|\bsearch for\b", lower)
+    if two_values and re.search(r"\bwhich\b|\bor for\b", lower) and re.search(_MORE + "|" + _FEWER, lower):
+        op = "larger" if re.search(_MORE, lower) else "smaller"
+    elif existence and (above or below) and not counting:
+        op = "exists_above" if above else "exists_below"
+    elif report and re.search(_MOST, lower):
         op = "argmax"
     elif report and re.search(_LEAST, lower):
         op = "argmin"
-    elif two_values and re.search(r"subtract|minus|difference|\) - ", lower):
+    elif two_values and re.search(r"subtract|minus|difference|\) - |exceeds? the\b", lower):
         op = "difference"
     elif re.search(_RANGE, lower):
         op = "range"
@@ -127,8 +140,14 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         op = "sum"
     else:
         return None
-    threshold = above if op == "count_above" else below if op == "count_below" else None
-    if op == "difference":  # the first value's total less the last one's, of the column holding both
+    threshold = (
+        above
+        if op in ("count_above", "exists_above")
+        else below
+        if op in ("count_below", "exists_below")
+        else None
+    )
+    if op in _TWO_TOTALS:  # the first value's total less the last one's, of the column holding both
         col = next(c for c, vs in where.items() if len(vs) >= 2)
         where = {col: where[col]}
     return Plan(op, num, tuple(where.items()), report, int(threshold.group(1)) if threshold else 0)
@@ -146,16 +165,23 @@ def table_cell(rng: random.Random, shape: Shape, p: Plan) -> str:
         "count_below": f"sum(1 for x in vals if x < {p.threshold})",
         "difference": f"sum(vals) - sum(number(r[n]) for r in rows if r[c] == {w!r} "
         "and number(r[n]) is not None)",
+        "exists_above": f"'found' if any(x > {p.threshold} for x in vals) else 'not found'",
+        "exists_below": f"'found' if any(x < {p.threshold} for x in vals) else 'not found'",
     }
-    # one index and one test a filtered column: c for the first, c2 for a second; a difference keeps the first
-    # value's rows in `picked` and sums the last value's in its own expression
+    # one index and one test a filtered column: c for the first, c2 for a second; a difference or comparison
+    # keeps the first value's rows in `picked` and sums the last value's in its own expression
     names = ["c" if i == 0 else f"c{i + 1}" for i in range(len(p.where))]
     tests = [
-        f"r[{name}] == {vs[0]!r}" if len(vs) == 1 or p.op == "difference" else f"r[{name}] in {vs!r}"
+        f"r[{name}] == {vs[0]!r}" if len(vs) == 1 or p.op in _TWO_TOTALS else f"r[{name}] in {vs!r}"
         for name, (_, vs) in zip(names, p.where, strict=True)
     ]
     indices = ", ".join(f"header.index({col!r})" for col, _ in p.where)
-    if p.op in ("argmax", "argmin"):
+    if p.op in ("larger", "smaller"):
+        a, pick = p.values[0], ">" if p.op == "larger" else "<"
+        compute = f"""other = sum(number(r[n]) for r in rows if r[c] == {w!r} and number(r[n]) is not None)
+print({a!r}, sum(vals), "|", {w!r}, other)
+FINAL({a!r} if sum(vals) {pick} other else {w!r})"""
+    elif p.op in ("argmax", "argmin"):
         pick = "max" if p.op == "argmax" else "min"
         compute = f"""out = header.index({p.report!r})
 best = {pick}(pairs)[0] if pairs else None
