@@ -6,8 +6,9 @@ TRACES: a GPU proof's sampled episodes (``keep/eval_<name>_traces_sample.jsonl``
 evaluation's rows (``keep/eval_<name>_eval.jsonl``, for whether each was right); TASKS: the held-out file they
 came from (rebuilt here with the run's `fathom data build` command: same seed, same sha256). Plays the
 scripted teacher (`fathom.policies.teacher`, its own reader) through the real rollout engine on the sampled
-tasks, names each turn of both by its move (`move_of`: look, search, table, follow, cut, read, answer), and
-prints per task both paths and the first turn where they part, then how often each turn was the first.
+tasks, names each turn of both by its move (`move_of`: look, search, table, records, follow, cut, read,
+answer), and prints per task both paths and the first turn where they part, then how often each turn was the
+first.
 
 A move name is read off the turn's code by a few markers that the teacher's cells carry; a student's cell
 that writes a move its own way is named ``other``. The student's later turns answer its own reader, whose
@@ -33,6 +34,7 @@ def move_of(text: str) -> str:
     code = text.split("```repl", 1)[-1]
     markers = (
         ("table", ("csv", "DictReader")),
+        ("records", ("json.loads",)),
         ("follow", ("todo",)),
         ("read", ("llm(", "llm_batch")),
         ("answer", ("FINAL(",)),

@@ -14,6 +14,7 @@ import pytest
 from fathom.eval.policies import TeacherPolicy
 from fathom.policies import moves
 from fathom.policies.excerpts import Cut, combine, cut_cell, read_cell
+from fathom.policies.json_records import index_cell
 from fathom.policies.looking import Sight, read_question
 from fathom.policies.tabular import plan, table_cell, table_shape
 from fathom.tasks import generate_task
@@ -40,13 +41,14 @@ def test_each_teacher_move_is_named_by_its_code(seed):
         "read": read_cell(rng, Q),
         "answer": combine(rng, Q, ["ORD-1", "ORD-2"], 2),
         "table": table_cell(rng, shape, table),
+        "records": index_cell(rng, ["ORD-4242", "customer"]),
     }
     assert {name: move_paths.move_of(text) for name, text in cells.items()} == {name: name for name in cells}
     assert move_paths.move_of("I think.\n```repl\nprint(1)\n```") == "other"
 
 
 def test_the_student_and_teacher_paths_and_their_first_parting(tmp_path, monkeypatch):
-    task = generate_task("jsonl_lookup", 0, 8192)
+    task = generate_task("multikey", 0, 8192)
     (row,) = TeacherPolicy(tokenizer_name="tiny-qwen", max_turns=10).run([task])
     teacher_path = [move_paths.move_of(t["text"]) for t in row["trace"]["turns"]]
     assert teacher_path[:3] == ["look", "search", "follow"]
