@@ -57,7 +57,9 @@ def test_the_cells_answer_as_the_generator_on_every_kind(seed):
 
 def test_every_template_reads_as_its_kind():
     task = next(
-        t for s in range(40) if not (t := generate_task("jsonl_lookup", s, 8192, "hard", CORPORA)).meta["camel"]
+        t
+        for s in range(40)
+        if not (t := generate_task("jsonl_lookup", s, 8192, "hard", CORPORA)).meta["camel"]
     )
     users = jsonl.read_users(task.document)
     target = max((u for u in users if u["active"]), key=lambda u: u["score"])
@@ -82,7 +84,9 @@ def test_several_records_fitting_a_lookup_give_no_final():
 
 
 def test_the_index_printout_reads_back():
-    printed = "3 records; keys: ['a']\n'Perm' is a value of {'address.city': 6}\n'active' is a key: [('True', 2)]\n"
+    printed = (
+        "3 records; keys: ['a']\n'Perm' is a value of {'address.city': 6}\n'active' is a key: [('True', 2)]\n"
+    )
     assert parse_seen(printed) == ({"Perm": {"address.city": 6}}, {"active": {"True": 2}})
 
 
