@@ -25,6 +25,7 @@ POLICIES = Path(__file__).parents[2] / "src" / "fathom" / "policies"
         "log_entries.py",
         "source_code.py",
         "json_records.py",
+        "mail_headers.py",
     ],
 )
 def test_the_teacher_imports_no_task_knowledge(module):
@@ -61,26 +62,20 @@ def test_the_teachers_wording_and_moves_vary(rows):
     assert any(t["subcalls"] for r in rows for t in r["trace"]["turns"])  # it delegates some reading
 
 
-CODE_MOVES = (
-    "table_aggregate",
-    "logs_count",
-    "code_value",
-    "jsonl_lookup",
-    "logs_next",
-    "code_calls",
-    "table_compare",
-)
+# the code moves' training families (what SFT shows), then the unseen families they lead to
+TRAINED_MOVES = ("table_aggregate", "logs_count", "code_value", "jsonl_lookup", "email_manager")
+UNSEEN_MOVES = ("logs_next", "code_calls", "table_compare", "email_repliers")
 
 
-def test_tables_logs_records_and_source_are_answered_in_code_grounded_with_no_llm_call():
-    """The four code moves, on training families (what SFT shows) and the unseen ones they lead to: right,
-    with no reading, so no reader can lose them, and grounded on the training families (SFT keeps them)."""
+def test_tables_logs_records_mail_and_source_are_answered_in_code_grounded_with_no_llm_call():
+    """The five code moves, on training families and the unseen ones they lead to: right, with no reading, so
+    no reader can lose them, and grounded on the training families (SFT keeps them)."""
     tasks = [
         generate_task(f, 70 + i, 8192, ("easy", "medium", "hard")[i % 3])
-        for f in CODE_MOVES
+        for f in TRAINED_MOVES + UNSEEN_MOVES
         for i in range(3)
     ]
     rows = TeacherPolicy().run(tasks)
     assert [(r["family"], r["correct"], r["llm_calls"]) for r in rows] == [(t.family, True, 0) for t in tasks]
     # grounded where SFT trains (an unseen family's cell may name `def ` before a search has shown it)
-    assert all(r["grounded"] for r in rows if r["family"] in CODE_MOVES[:4])
+    assert all(r["grounded"] for r in rows if r["family"] in TRAINED_MOVES)

@@ -6,10 +6,12 @@ the terms the question names and print their lines, follow identifiers the hits 
 (digits, counts, pairs) or hand a small set of lines to `llm()` with the question, notice an empty or
 doubtful result and try another way, and answer with FINAL. Which moves it plays depends on what it sees:
 ``Field: value`` records whose categories the head lists are parsed and labelled by `llm()` in chunks, then
-aggregated as the question asks; a delimited table (`fathom.policies.tabular`) and a log
-(`fathom.policies.log_entries`) are parsed, filtered and computed in code, and Python source is searched by
-its syntax after the search move (`fathom.policies.source_code`); short one-line facts are gathered and read
-as a story; identifiers are followed to every line they reach; anything else falls back to the lines sharing
+aggregated as the question asks; a delimited table (`fathom.policies.tabular`), a log
+(`fathom.policies.log_entries`) and JSON Lines (`fathom.policies.json_records`) are parsed, filtered and
+computed in code; after the search move, Python source is searched by its syntax
+(`fathom.policies.source_code`) and a mailbox thread whose subject the search found is parsed by its headers,
+its senders looked up in the staff directory (`fathom.policies.mail_headers`); short one-line facts are
+gathered and read as a story; identifiers are followed to every line they reach; anything else falls back to the lines sharing
 the question's words.
 
 A strategy is a generator (``obs = yield turn_text``); `teacher_turn(conversation)` replays it from the
@@ -47,6 +49,15 @@ from fathom.policies.json_records import answer_cell as records_cell
 from fathom.policies.json_records import index_cell, json_shape, records_ask, terms_of
 from fathom.policies.log_entries import answer_cell, log_question, log_shape, parse_cell, parse_services
 from fathom.policies.looking import Question, Sight, parse_look, read_question
+from fathom.policies.mail_headers import (
+    MailAsk,
+    answer_turn,
+    mail_question,
+    parse_thread,
+    sender_cell,
+    senders,
+    thread_cell,
+)
 from fathom.policies.scripted import TURN_FOOTER, ScriptedBackend
 from fathom.policies.slips import with_slips
 from fathom.policies.source_code import code_cell, code_question, code_shape
@@ -140,6 +151,8 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
     terms += [w for w in dict.fromkeys(q.words) if w not in " ".join(terms)][: 10 - len(terms)]
     obs = yield moves.search(rng, terms)
     hits = parse_hits(obs)
+    if mail := mail_question(q, hits):  # the quoted subject is on Subject: lines: a mailbox
+        yield from _mail(rng, mail)
     yield from _compute(q, rng, sight, hits)
     code = code_question(q) if code_shape(sight) else None
     if (
@@ -159,6 +172,18 @@ def play(q: Question, rng: random.Random, llm_ok: bool, chunk_size: int = CHUNK_
         return
     elif llm_ok and not (yield from _excerpts(q, rng, sight, hits, chunk_size)):
         yield from _keywords(q, rng)
+
+
+def _mail(rng: random.Random, mail: MailAsk) -> Play:
+    """The thread's messages by their headers, then the senders' addresses, or their directory entries and
+    what those say; each cell FINALs only what it found, else the teacher goes on to read."""
+    obs = yield thread_cell(rng, mail)
+    addresses = senders(mail, parse_thread(obs))
+    if not addresses:
+        return
+    obs = yield sender_cell(rng, mail, addresses)
+    if mail.want != "addresses" and (final := answer_turn(rng, mail, obs)):
+        yield final
 
 
 def _compute(q: Question, rng: random.Random, sight: Sight, hits: dict) -> Play:
