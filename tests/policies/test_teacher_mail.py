@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from fathom.eval.policies import TeacherPolicy
 from fathom.policies.looking import read_question
 from fathom.policies.mail_headers import (
     answer_turn,
@@ -97,3 +98,15 @@ def test_a_subject_the_search_did_not_find_on_a_header_is_no_mail_question():
 )
 def test_a_directory_entry_gives_name_and_manager_in_every_layout(text):
     assert entry(text, "kira@x.example") == ("Kira Marsh", "Vivian Ramos")
+
+
+def test_the_teachers_mail_transcripts_are_grounded_whether_or_not_the_look_showed_a_header():
+    # half the mailboxes open with the staff directory, so the look shows no header line: the thread cell names
+    # only Subject (which the search printed) and reads the other header names off what it prints
+    tasks = [
+        generate_task("email_manager", seed, 8192, ("easy", "medium", "hard")[seed % 3]) for seed in range(12)
+    ]
+    looks = [t.document[:900] for t in tasks]
+    assert any("From: " not in head for head in looks) and any("From: " in head for head in looks)
+    rows = TeacherPolicy().run(tasks)
+    assert [(r["correct"], r["grounded"], r["llm_calls"]) for r in rows] == [(True, True, 0)] * len(tasks)

@@ -4,9 +4,9 @@ in the staff directory by address, never read by llm().
 After the search move, `mail_question(q, hits)` says whether the question asks about a thread whose quoted
 subject the search found on ``Subject:`` lines, and what of it: who started it, who sent its first reply,
 or everyone who replied, and whether it wants their manager, their full names or their addresses.
-`thread_cell(rng, ask)` writes the first cell: every run of ``From: / To: / Date: / Subject:`` header lines
-is a message, and it prints, in the mailbox's order, the date, subject and sender of each message of the
-thread (the subject itself, or one ending in ``: `` and the subject: ``Re:``, ``RE:``, ``Fwd: Re:``).
+`thread_cell(rng, ask)` writes the first cell: every run of ``Name: value`` header lines is a message's
+headers (``From``, ``Subject``...), and it prints, in the mailbox's order, the headers of each message of
+the thread (its subject is the quoted one, or ends in ``: `` and the quoted one: ``Re:``, ``RE:``, ``Fwd:``).
 `parse_thread` reads that back, and `senders(ask, thread)` picks the addresses the question is about.
 `sender_cell(rng, ask, addresses)` writes the second cell: where the question asks for addresses it FINALs
 the replies' From addresses; else it prints each sender's directory entry (the first line holding the
@@ -20,6 +20,7 @@ and the senders it looks up are those the first cell printed. This module only w
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from fathom.policies.looking import Question
 from fathom.policies.moves import turn
 
 ADDRESS = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-_ROW = re.compile(r"^(.*?) \| (.*?) \| (.*)$")  # a printed thread line: date | subject | sender
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def thread_cell(rng: random.Random, ask: MailAsk) -> str:
 import re
 msgs, cur = [], {{}}
 for line in ctx.splitlines():
-    m = re.match(r"(From|To|Date|Subject): (.*)", line)
+    m = re.match(r"([A-Z][\\w-]*): (.*)", line)
     if m:
         cur[m.group(1)] = m.group(2)
     elif cur:
@@ -75,9 +75,9 @@ for line in ctx.splitlines():
         cur = {{}}
 title = {ask.title!r}
 thread = [m for m in msgs if m.get("Subject") == title or m.get("Subject", "").endswith(": " + title)]
-print(len(msgs), "messages;", len(thread), "in the thread")
+print(len(msgs), "header blocks;", len(thread), "in the thread")
 for m in thread:
-    print(m.get("Date"), "|", m.get("Subject"), "|", m.get("From"))
+    print(m)
 """
     return turn(
         rng,
@@ -90,15 +90,24 @@ for m in thread:
     )
 
 
-def parse_thread(observation: str) -> list[tuple[str, str, str]]:
-    """The thread cell's printout: (date, subject, sender) per message, in the mailbox's order."""
-    return [m.groups() for line in observation.splitlines() if (m := _ROW.match(line))]  # type: ignore[misc]
+def parse_thread(observation: str) -> list[dict[str, str]]:
+    """The thread cell's printout: each message's headers, in the mailbox's order."""
+    thread = []
+    for line in observation.splitlines():
+        if line.startswith("{'"):
+            try:
+                headers = ast.literal_eval(line)
+            except (ValueError, SyntaxError):
+                continue  # a line cut short by the printout
+            if isinstance(headers, dict):
+                thread.append(headers)
+    return thread
 
 
-def senders(ask: MailAsk, thread: list[tuple[str, str, str]]) -> list[str]:
+def senders(ask: MailAsk, thread: list[dict[str, str]]) -> list[str]:
     """The addresses of the senders the question is about, in order, each once."""
-    opened = [s for _, subject, s in thread if subject == ask.title]
-    replies = [s for _, subject, s in thread if subject != ask.title]
+    opened = [m.get("From", "") for m in thread if m.get("Subject") == ask.title]
+    replies = [m.get("From", "") for m in thread if m.get("Subject") != ask.title]
     picked = opened[:1] if ask.op == "starter" else replies[:1] if ask.op == "first_reply" else replies
     found = [m.group(0) for s in picked if (m := re.search(ADDRESS, s))]
     return list(dict.fromkeys(found))
@@ -118,7 +127,7 @@ FINAL(found)
 lines = ctx.splitlines()
 table = [line for line in lines if line.startswith("|")][:1]
 for a in {addresses!r}:
-    at = next(i for i, line in enumerate(lines) if a in line and not re.match(r"(From|To|Cc): ", line))
+    at = next(i for i, line in enumerate(lines) if a in line and not re.match(r"[A-Z][\\w-]*: ", line))
     print(a, "->", " / ".join((table if lines[at].startswith("|") else []) + lines[at - 1 : at + 3]))
 """
         thoughts = (
