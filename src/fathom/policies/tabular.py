@@ -7,9 +7,8 @@ columns it names, the values it filters on (each with the column quoted nearest 
 one column are either-or, values of two columns must both hold), the column it asks to report, and the
 operation its words ask for (a total, least, greatest, mean, range, a count above or below a threshold,
 whether any row passes one, the difference of two totals or which of two is larger or smaller, or the row
-with the top or bottom value). `table_cell(rng, shape, plan)` writes
-the cell from those parts: `csv` parses every row with as many cells as the header, the filter and the
-arithmetic run in code, and it FINALs.
+with the top or bottom value). `table_cell(rng, shape, plan)` writes the cell from those parts: `csv` parses
+every row with as many cells as the header, the filter and the arithmetic run in code, and it FINALs.
 
 It knows no generator: columns and values are the question's own quoted words, the delimiter and header
 are what the look printed. This module only writes text.
@@ -32,8 +31,6 @@ _MOST = r"\b(most|highest|largest|greatest|maximum|max|top|biggest)\b"
 _MORE = r"\b(larger|more|higher|greater|bigger)\b"
 _FEWER = r"\b(smaller|less|lower|fewer)\b"
 _RANGE = r"\brange\b|\bspread\b|how far apart|max\([^)]*\) - min\(|\b(greatest|highest|largest|maximum)\b.*\bsubtract"
-
-
 _TWO_TOTALS = ("difference", "larger", "smaller")  # ops on the totals of two values of one column
 
 
@@ -109,7 +106,7 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         lower = lower.replace(f"'{name.lower()}'", "''").replace(f'"{name.lower()}"', '""')
     report = next((c for c in others if c not in where), "")
     num = nums[0]
-    above = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)  # "strictly above 63"
+    above = re.search(r"(?:greater than|exceeds|above|>)\s*(-?\d+)", lower)
     below = re.search(r"(?:less than|lower than|under|below|<)\s*(-?\d+)", lower)
     counting = re.search(r"how many|count|number of", lower)
     two_values = any(len(vs) >= 2 for vs in where.values())
@@ -147,7 +144,7 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         if op in ("count_below", "exists_below")
         else None
     )
-    if op in _TWO_TOTALS:  # the first value's total less the last one's, of the column holding both
+    if op in _TWO_TOTALS:  # only the column holding both values filters: the cell totals each value apart
         col = next(c for c, vs in where.items() if len(vs) >= 2)
         where = {col: where[col]}
     return Plan(op, num, tuple(where.items()), report, int(threshold.group(1)) if threshold else 0)

@@ -11,8 +11,8 @@ aggregated as the question asks; a delimited table (`fathom.policies.tabular`), 
 computed in code; after the search move, Python source is searched by its syntax
 (`fathom.policies.source_code`) and a mailbox thread whose subject the search found is parsed by its headers,
 its senders looked up in the staff directory (`fathom.policies.mail_headers`); short one-line facts are
-gathered and read as a story; identifiers are followed to every line they reach; anything else falls back to the lines sharing
-the question's words.
+gathered and read as a story; identifiers are followed to every line they reach; anything else falls back to
+the lines sharing the question's words.
 
 A strategy is a generator (``obs = yield turn_text``); `teacher_turn(conversation)` replays it from the
 start over the observations so far, so the policy is a pure function of the conversation text. Wording and
