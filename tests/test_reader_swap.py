@@ -20,7 +20,7 @@ spec.loader.exec_module(reader_swap)
 
 
 def test_a_replay_reproduces_the_episode_and_its_reader_calls():
-    task = generate_task("email_repliers", 0, 8192)  # an unseen family, whose teacher delegates its reading
+    task = generate_task("glossary_defined", 0, 8192)  # an unseen family, whose teacher delegates its reading
     teacher = TeacherPolicy(tokenizer_name="tiny-qwen", max_turns=10)
     (row,) = teacher.run([task])
     trace = row["trace"]

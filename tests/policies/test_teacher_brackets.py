@@ -68,6 +68,8 @@ def test_the_check_finds_the_lines_run_13s_student_broke():
         ("manual_default", 1),
         ("logs_count", 0),  # the log cells
         ("table_aggregate", 0),  # the table cell
+        ("jsonl_lookup", 4),  # the JSON-records cells
+        ("email_manager", 0),  # the mail cells
         ("jsonl_join", 0),  # unseen families
         ("glossary_defined", 1),
         ("code_calls", 0),  # the source-code cell

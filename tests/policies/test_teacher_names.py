@@ -105,5 +105,7 @@ def test_the_teacher_solves_long_email_and_code_lookups_grounded(rows):
         ("code_value", True, True),
         ("code_value", True, True),
     ]
-    # The mailbox's sender is found through where its address is defined, not by following every mention.
-    assert any(" names; " in t["observation"] for t in rows[0]["trace"]["turns"])
+    # The mailbox's sender is found by the thread's headers and looked up in the directory by address, in code.
+    observations = [t["observation"] for t in rows[0]["trace"]["turns"]]
+    assert any(" in the thread" in o for o in observations) and any(" -> " in o for o in observations)
+    assert rows[0]["llm_calls"] == 0

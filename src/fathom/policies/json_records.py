@@ -215,12 +215,12 @@ def records_ask(q: Question, shape: JsonShape, observation: str) -> RecordsAsk |
 
 
 def answer_cell(rng: random.Random, ask: RecordsAsk) -> str:
-    tests = [f"str(r.get({k!r})) == {v!r}" for k, v in ask.equals] + [
-        f"r.get({k!r}) is True" for k in ask.flags
-    ]
+    # a value compared as it printed; no literal is followed by two closing brackets (a student mis-copies them)
+    tests = [f"text(r, {k!r}) == {v!r}" for k, v in ask.equals] + [f"r.get({k!r}) is True" for k in ask.flags]
     if ask.op == "value":
         pick = f"""if len(picked) == 1:
-    FINAL(picked[0].get({ask.report!r}))
+    answer = picked[0].get({ask.report!r})
+    FINAL(answer)
 for r in picked[:5]:
     print(r)"""
     else:
@@ -230,8 +230,11 @@ best = {best}(scored, key=lambda r: r[{ask.num!r}]) if scored else None
 ties = [r for r in scored if r[{ask.num!r}] == best[{ask.num!r}]] if best else []
 print("{best}", {ask.num!r}, best and best[{ask.num!r}], "held by", len(ties), "record(s)")
 if len(ties) == 1:
-    FINAL(best.get({ask.report!r}))"""
+    answer = best.get({ask.report!r})
+    FINAL(answer)"""
     code = f"""
+def text(r, key):
+    return str(r.get(key))
 picked = [r for r in recs if {" and ".join(tests)}]
 print(len(picked), "of", len(recs), "records pass")
 {pick}

@@ -125,7 +125,7 @@ FINAL(found)
     else:
         code = f"""
 lines = ctx.splitlines()
-table = [line for line in lines if line.startswith("|")][:1]
+table = [line for line in lines if line[:1] == "|"][:1]
 for a in {addresses!r}:
     at = next(i for i, line in enumerate(lines) if a in line and not re.match(r"[A-Z][\\w-]*: ", line))
     print(a, "->", " / ".join((table if lines[at].startswith("|") else []) + lines[at - 1 : at + 3]))
