@@ -83,6 +83,23 @@ def test_several_records_fitting_a_lookup_give_no_final():
     assert finals == [] and "'pro' is a value of {'plan': 2}" in printed
 
 
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("Which id has the active user on plan pro?", 7),
+        ("Which id has the inactive user on plan pro?", 8),
+        ("On plan pro, which user that is not active has the highest score? Give the id.", 8),
+    ],
+)
+def test_a_true_false_key_filters_as_the_question_names_it(question, answer):
+    lines = [
+        '{"id": 7, "plan": "pro", "active": true, "score": 5}',
+        '{"id": 8, "plan": "pro", "active": false, "score": 9}',
+        '{"id": 9, "plan": "team", "active": false, "score": 1}',
+    ]
+    assert _play(question, "\n".join(lines) + "\n")[0] == [answer]
+
+
 def test_the_index_printout_reads_back():
     printed = (
         "3 records; keys: ['a']\n'Perm' is a value of {'address.city': 6}\n'active' is a key: [('True', 2)]\n"

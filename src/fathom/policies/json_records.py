@@ -7,9 +7,9 @@ objects flattened to dotted keys (``address.city``). `index_cell(rng, terms)` wr
 line that parses as an object becomes a flat record (a line cut short is skipped), and for each of the
 question's words it prints which keys hold it as a value, or that it is a key. `records_ask(q, shape, seen)`
 reads that printout and the question into a `RecordsAsk`: the conditions (a word that is the value of one
-key, or a key whose records hold ``true``), the key to report, and whether the question wants the record
-with the highest or lowest value of a numeric key. `answer_cell(rng, ask)` writes the second cell, which
-filters, picks and FINALs; where the conditions pick not exactly one record for a plain lookup it prints
+key; a true/false key of the head's records that the question names, or names negated: "not active",
+"inactive"), the key to report, and whether the question wants the record with the highest or lowest value
+of a numeric key. `answer_cell(rng, ask)` writes the second cell, which filters, picks and FINALs; where the conditions pick not exactly one record for a plain lookup it prints
 them and does not FINAL (the teacher searches on).
 
 It knows no generator: the question's words are tested against the document's values in code, and the keys
@@ -45,6 +45,7 @@ _SEEN = re.compile(r"^(.+?) is (a value of|a key:) (.+)$")
 class JsonShape:
     keys: tuple[str, ...]  # flattened keys of the head's whole records, in first-seen order
     numeric: frozenset[str]  # keys whose values in those records are all integers
+    booleans: frozenset[str] = frozenset()  # keys whose values in those records are all true / false
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class RecordsAsk:
     op: str  # value (a key of the one record the conditions pick), max or min (of `num`, reporting `report`)
     report: str
     equals: tuple[tuple[str, str], ...]  # (key, the question's word its value must print as)
-    flags: tuple[str, ...] = ()  # keys whose value must be true
+    flags: tuple[tuple[str, bool], ...] = ()  # (key, the value it must hold): "active" True, "inactive" False
     num: str = ""
 
 
@@ -92,7 +93,10 @@ def json_shape(sight: Sight) -> JsonShape | None:
         for k in keys
         if all(isinstance(r[k], int) and not isinstance(r[k], bool) for r in records if r.get(k) is not None)
     )
-    return JsonShape(keys, numeric)
+    booleans = frozenset(
+        k for k in keys if all(isinstance(r[k], bool) for r in records if r.get(k) is not None)
+    )
+    return JsonShape(keys, numeric, booleans)
 
 
 def terms_of(q: Question) -> list[str]:
@@ -182,19 +186,24 @@ def _compared(text: str, at: int, shape: JsonShape, used: set[str]) -> str:
 
 
 def records_ask(q: Question, shape: JsonShape, observation: str) -> RecordsAsk | None:
-    values, keys = parse_seen(observation)
+    values, _ = parse_seen(observation)
     named = _named(q, shape)
     equals = []
     for term, where in values.items():
         holders = [k for k in where if k in named] or list(where)
         if len(holders) == 1:  # a word several keys hold says nothing of which to filter
             equals.append((holders[0], term))
-    flags = tuple(k for k, counts in keys.items() if set(counts) <= {"True", "False"} and "True" in counts)
+    lower = q.text.lower()
+    flags = []
+    for k in sorted(shape.booleans):  # a true/false key the question names, or names negated
+        if re.search(rf"\b(?:not |non-?|in){re.escape(k.lower())}\b", lower):
+            flags.append((k, False))
+        elif re.search(rf"(?<![\w.]){re.escape(k)}\b", q.text):
+            flags.append((k, True))
     if not equals and not flags:
         return None
-    lower = q.text.lower()
     op = "max" if re.search(_MOST, lower) else "min" if re.search(_LEAST, lower) else "value"
-    used = {k for k, _ in equals} | set(flags)
+    used = {k for k, _ in equals} | {k for k, _ in flags}
     num = ""
     if op != "value":
         num = _compared(q.text, re.search(_MOST if op == "max" else _LEAST, lower).start(), shape, used)
@@ -211,12 +220,14 @@ def records_ask(q: Question, shape: JsonShape, observation: str) -> RecordsAsk |
         report = named[0]  # "the email of the user whose email is ...": a key both filtered on and asked for
     if not report:
         return None
-    return RecordsAsk(op, report, tuple(equals), flags, num)
+    return RecordsAsk(op, report, tuple(equals), tuple(flags), num)
 
 
 def answer_cell(rng: random.Random, ask: RecordsAsk) -> str:
     # a value compared as it printed; no literal is followed by two closing brackets (a student mis-copies them)
-    tests = [f"text(r, {k!r}) == {v!r}" for k, v in ask.equals] + [f"r.get({k!r}) is True" for k in ask.flags]
+    tests = [f"text(r, {k!r}) == {v!r}" for k, v in ask.equals] + [
+        f"r.get({k!r}) is {v}" for k, v in ask.flags
+    ]
     if ask.op == "value":
         pick = f"""if len(picked) == 1:
     answer = picked[0].get({ask.report!r})
