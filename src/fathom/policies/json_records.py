@@ -26,11 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fathom.policies.looking import STOP, Question, Sight
+from fathom.policies.looking import LEAST, MOST, STOP, Question, Sight
 from fathom.policies.moves import turn
 
-_MOST = r"\b(most|highest|largest|greatest|maximum|top|biggest|scores? highest)\b"
-_LEAST = r"\b(least|lowest|smallest|minimum|fewest|bottom)\b"
 _TOKEN = re.compile(r"[\w@+]+(?:[.\-][\w@+]+)*")
 # the question's function words, never a value worth looking up
 _FUNCTION_WORDS = (
@@ -202,11 +200,11 @@ def records_ask(q: Question, shape: JsonShape, observation: str) -> RecordsAsk |
             flags.append((k, True))
     if not equals and not flags:
         return None
-    op = "max" if re.search(_MOST, lower) else "min" if re.search(_LEAST, lower) else "value"
+    op = "max" if re.search(MOST, lower) else "min" if re.search(LEAST, lower) else "value"
     used = {k for k, _ in equals} | {k for k, _ in flags}
     num = ""
     if op != "value":
-        num = _compared(q.text, re.search(_MOST if op == "max" else _LEAST, lower).start(), shape, used)
+        num = _compared(q.text, re.search(MOST if op == "max" else LEAST, lower).start(), shape, used)
         if not num:
             return None
         used.add(num)

@@ -31,6 +31,9 @@ _STOP_WORDS = (
     "more most less least same only each every list give answer number text above below provided"
 )
 STOP = frozenset(_STOP_WORDS.split())
+# the words of a question that asks for the top or bottom value (a table's column, a record's key)
+MOST = r"\b(most|highest|largest|greatest|maximum|max|top|biggest)\b"
+LEAST = r"\b(least|lowest|smallest|minimum|min|bottom|fewest)\b"
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,11 @@ import random
 import re
 from dataclasses import dataclass
 
-from fathom.policies.looking import Question, Sight
+from fathom.policies.looking import LEAST, MOST, Question, Sight
 from fathom.policies.moves import turn
 
 DELIMITERS = (",", ";", "|", "\t")
 _EMPTY = ("", "na", "n/a", "null", "none", "-")  # cells a numeric column leaves without a value
-_LEAST = r"\b(least|lowest|smallest|minimum|min|bottom|fewest)\b"
-_MOST = r"\b(most|highest|largest|greatest|maximum|max|top|biggest)\b"
 _MORE = r"\b(larger|more|higher|greater|bigger)\b"
 _FEWER = r"\b(smaller|less|lower|fewer)\b"
 _RANGE = r"\brange\b|\bspread\b|how far apart|max\([^)]*\) - min\(|\b(greatest|highest|largest|maximum)\b.*\bsubtract"
@@ -115,9 +113,9 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         op = "larger" if re.search(_MORE, lower) else "smaller"
     elif existence and (above or below) and not counting:
         op = "exists_above" if above else "exists_below"
-    elif report and re.search(_MOST, lower):
+    elif report and re.search(MOST, lower):
         op = "argmax"
-    elif report and re.search(_LEAST, lower):
+    elif report and re.search(LEAST, lower):
         op = "argmin"
     elif two_values and re.search(r"subtract|minus|difference|\) - |exceeds? the\b", lower):
         op = "difference"
@@ -129,9 +127,9 @@ def plan(q: Question, shape: Shape) -> Plan | None:
         op = "count_below"
     elif re.search(r"average|mean|avg", lower):
         op = "mean"
-    elif re.search(_LEAST, lower):
+    elif re.search(LEAST, lower):
         op = "min"
-    elif re.search(_MOST, lower):
+    elif re.search(MOST, lower):
         op = "max"
     elif re.search(r"total|sum|add up|adds up", lower):
         op = "sum"
