@@ -3,12 +3,11 @@ code, on every log layout and question kind of the log families."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 from collections import Counter
 
 import pytest
+from teacher_play import run_cell
 
 from fathom.policies.log_entries import (
     LogShape,
@@ -24,17 +23,6 @@ from fathom.tasks import Corpora, generate_task, logs, logs_next
 CORPORA = Corpora()
 
 
-def _code(turn: str) -> str:
-    return turn.split("```repl\n")[1].split("```")[0]
-
-
-def _run(code: str, env: dict) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(code, env)
-    return out.getvalue()
-
-
 def _head(document: str) -> Sight:
     return Sight(chars=len(document), head=document[:900])
 
@@ -45,7 +33,7 @@ def test_the_parse_cell_reads_the_entries_the_log_holds_in_every_layout(seed):
     env = {"ctx": task.document}
     shape = log_shape(_head(task.document))
     assert shape is not None
-    printed = _run(_code(parse_cell(random.Random(seed), shape)), env)
+    printed = run_cell(parse_cell(random.Random(seed), shape), env)
     truth = logs.parse_entries(task.document)
     # level (first four letters), service and request id of every entry, in order; noise lines are not entries
     assert [(e[0], e[1], e[2]) for e in env["entries"]] == [
@@ -76,10 +64,10 @@ def test_every_phrasing_of_the_log_families_gets_its_operation_and_the_cells_ans
         env = {"ctx": task.document, "FINAL": answers.append}
         shape = log_shape(_head(task.document))
         assert shape is not None
-        services = parse_services(_run(_code(parse_cell(random.Random(seed), shape)), env))
+        services = parse_services(run_cell(parse_cell(random.Random(seed), shape), env))
         cell = answer_cell(random.Random(seed), shape, ask, services)
         assert cell is not None
-        _run(_code(cell), env)
+        run_cell(cell, env)
         seen[kind] += 1
         right[kind] += answers == [task.answer]
     assert set(seen) == set(kinds)

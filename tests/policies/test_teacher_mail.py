@@ -3,11 +3,10 @@ directory by address, on every question kind, From style and directory layout of
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 
 import pytest
+from teacher_play import run_cell
 
 from fathom.eval.policies import TeacherPolicy
 from fathom.policies.looking import read_question
@@ -25,13 +24,6 @@ from fathom.tasks import Corpora, generate_task, mail
 CORPORA = Corpora()
 
 
-def _run(turn: str, env: dict) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(turn.split("```repl\n")[1].split("```")[0], env)
-    return out.getvalue()
-
-
 def _hits(question: str) -> dict:
     """What the search move shows for a quoted subject: its Subject: lines."""
     return {t: (1, [f"Subject: {t}"]) for t in read_question(question).quoted}
@@ -42,13 +34,13 @@ def _play(question: str, document: str) -> list[object]:
     assert ask is not None, question
     finals: list[object] = []
     env = {"ctx": document, "FINAL": finals.append}
-    addresses = senders(ask, parse_thread(_run(thread_cell(random.Random(0), ask), env)))
+    addresses = senders(ask, parse_thread(run_cell(thread_cell(random.Random(0), ask), env)))
     assert addresses, question
-    printed = _run(sender_cell(random.Random(0), ask, addresses), env)
+    printed = run_cell(sender_cell(random.Random(0), ask, addresses), env)
     if ask.want != "addresses":
         final = answer_turn(random.Random(0), ask, printed)
         assert final is not None, printed
-        _run(final, env)
+        run_cell(final, env)
     return finals
 
 

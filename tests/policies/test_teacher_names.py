@@ -6,16 +6,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from teacher_play import cell_code
 
 from fathom.eval.policies import TeacherPolicy
 from fathom.policies.excerpts import CHUNK_CHARS, Cut, cut_cell, defined_cells, read_cell
 from fathom.policies.looking import read_question
 from fathom.policies.moves import follow
 from fathom.tasks import generate_task
-
-
-def _code(turn: str) -> str:
-    return turn.split("```repl\n")[1].split("```")[0]
 
 
 def test_snake_case_names_are_read_whole_and_not_twice():
@@ -29,7 +26,7 @@ def test_snake_case_names_are_read_whole_and_not_twice():
 def test_follow_reaches_a_constant_named_with_underscores():
     ctx = "x = 1\nCRIMSON_SWAN = 77\n\ndef f():\n    pass\nWOOLLY_OTTER = CRIMSON_SWAN * 4\nWOOLLY_OTTER_MAX = 3\n"
     env = {"ctx": ctx}
-    exec(_code(follow(random.Random(0), ["WOOLLY_OTTER"], 6)), env)
+    exec(cell_code(follow(random.Random(0), ["WOOLLY_OTTER"], 6)), env)
     assert [env["lines"][i] for i in env["reached"]] == [
         "CRIMSON_SWAN = 77",
         "WOOLLY_OTTER = CRIMSON_SWAN * 4",
@@ -52,13 +49,13 @@ def _mailbox() -> str:
 def test_defined_cells_keep_the_hits_and_the_one_odd_line_of_each_name_they_use():
     ctx = _mailbox()
     q = read_question('Who manages whoever started "Budget review"?')
-    cut = _code(cut_cell(random.Random(0), Cut(("Budget review",), paragraph=30, follow=True)))
+    cut = cell_code(cut_cell(random.Random(0), Cut(("Budget review",), paragraph=30, follow=True)))
     env = {"ctx": ctx}
     exec(cut, env)
     assert not any("Ravi Acosta" in env["lines"][i] for i in env["kept"])  # too common to follow
     keep, read = defined_cells(random.Random(0), q, 0)  # the keeping and the reading do not fit one turn
     del env["paragraph"]  # the cell defines the helper it calls itself
-    exec(_code(keep), env)
+    exec(cell_code(keep), env)
     kept = [env["lines"][i] for i in env["kept"]]
     assert kept == [
         "| Name | E-mail | Manager |",  # the row's paragraph: a short table comes whole, header included
@@ -83,7 +80,7 @@ def test_a_read_cell_chunks_the_kept_lines_on_line_boundaries_keeping_gaps():
         "kept": kept,
         "llm_batch": lambda items: asked.extend(items) or ["8080"] * len(items),
     }
-    exec(_code(read_cell(random.Random(0), q)), env)
+    exec(cell_code(read_cell(random.Random(0), q)), env)
     chunks = [chunk for _, chunk in asked]
     assert len(chunks) == 2 and all(len(c) <= CHUNK_CHARS for c in chunks)
     assert "".join(chunks).split("\n") == [*lines[0:3], "", *lines[5:30], ""]  # every kept line once, a gap

@@ -3,11 +3,10 @@ filtered and picked in code, on every question kind and key spelling of jsonl_lo
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 
 import pytest
+from teacher_play import run_cell
 
 from fathom.policies.json_records import (
     answer_cell,
@@ -24,10 +23,6 @@ from fathom.tasks import Corpora, generate_task, jsonl
 CORPORA = Corpora()
 
 
-def _code(turn: str) -> str:
-    return turn.split("```repl\n")[1].split("```")[0]
-
-
 def _play(question: str, document: str) -> tuple[list[object], str]:
     """Both cells on `document` as the teacher writes them: (what they FINAL, the index cell's printout)."""
     q = read_question(question)
@@ -35,14 +30,10 @@ def _play(question: str, document: str) -> tuple[list[object], str]:
     assert shape is not None
     finals: list[object] = []
     env = {"ctx": document, "FINAL": finals.append}
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(_code(index_cell(random.Random(0), terms_of(q))), env)
-    printed = out.getvalue()
+    printed = run_cell(index_cell(random.Random(0), terms_of(q)), env)
     ask = records_ask(q, shape, printed)
     assert ask is not None, (question, printed)
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(_code(answer_cell(random.Random(0), ask)), env)
+    run_cell(answer_cell(random.Random(0), ask), env)
     return finals, printed
 
 
